@@ -1,0 +1,113 @@
+"""Load a YAML config into the typed schema, apply dotted overrides, and validate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+
+from ..errors import ConfigError
+from .schema import SplatConfig
+
+_CHOICES = {
+    "renderer.rasterize_mode": ("classic", "antialiased"),
+    "model.init.type": ("auto", "points", "random"),
+}
+_POSITIVE = ("trainer.max_steps", "data.downscale", "renderer.tile_size")
+_NON_NEGATIVE = ("trainer.val_interval", "model.sh_degree", "model.sh_degree_interval")
+
+
+def _describe(err: OmegaConfBaseException) -> str:
+    """First line of an OmegaConf error, prefixed with the offending key when known."""
+    message = str(getattr(err, "msg", None) or err).splitlines()[0]
+    key = getattr(err, "full_key", None)
+    return f"key '{key}': {message}" if key else message
+
+
+def _read_yaml(path: Path) -> DictConfig:
+    if not path.is_file():
+        raise ConfigError(f"config file '{path}' not found")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{path}:{where} invalid YAML: {problem}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, not {type(data).__name__}")
+    return OmegaConf.create(data)
+
+
+def _parse_overrides(overrides: Sequence[str]) -> DictConfig:
+    for item in overrides:
+        if "=" not in item or item.startswith("="):
+            raise ConfigError(f"override '{item}' is not of the form dotted.key=value")
+    try:
+        return OmegaConf.from_dotlist(list(overrides))
+    except OmegaConfBaseException as err:
+        raise ConfigError(f"overrides {' '.join(overrides)}: {_describe(err)}") from None
+
+
+def _merge(base: DictConfig, update: DictConfig, source: str) -> DictConfig:
+    try:
+        return OmegaConf.merge(base, update)  # type: ignore[return-value]
+    except OmegaConfBaseException as err:
+        raise ConfigError(f"{source}: {_describe(err)}") from None
+
+
+def _check_values(cfg: DictConfig, source: str) -> None:
+    for key in ("name", "data.path"):
+        try:
+            OmegaConf.select(cfg, key, throw_on_missing=True)
+        except MissingMandatoryValue:
+            raise ConfigError(f"{source}: missing required key '{key}'") from None
+    for key, choices in _CHOICES.items():
+        value = OmegaConf.select(cfg, key)
+        if value not in choices:
+            raise ConfigError(f"{source}: key '{key}' is {value!r}; expected one of {', '.join(choices)}")
+    for key in _POSITIVE:
+        if not OmegaConf.select(cfg, key) > 0:
+            raise ConfigError(f"{source}: key '{key}' must be > 0, got {OmegaConf.select(cfg, key)}")
+    for key in _NON_NEGATIVE:
+        if OmegaConf.select(cfg, key) < 0:
+            raise ConfigError(f"{source}: key '{key}' must be >= 0, got {OmegaConf.select(cfg, key)}")
+    if len(cfg.data.background) != 3:
+        raise ConfigError(f"{source}: key 'data.background' must be 3 numbers (RGB in [0, 1])")
+    for key in ("writers", "custom_hooks"):
+        for spec in cfg[key]:
+            if not isinstance(spec, DictConfig) or "type" not in spec:
+                raise ConfigError(f"{source}: every entry of '{key}' needs a 'type', got {spec!r}")
+    for name, spec in cfg.default_hooks.items():
+        if spec is not None and not isinstance(spec, DictConfig):
+            raise ConfigError(
+                f"{source}: default_hooks.{name} must be a mapping of options or null, got {spec!r}"
+            )
+
+
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> DictConfig:
+    """Read ``path``, merge it over the schema defaults, then apply ``key=value`` overrides.
+
+    Raises ConfigError naming the file (or the override) and the key for unknown keys,
+    values of the wrong type, missing required keys and out-of-range values.
+    """
+    path = Path(path)
+    schema = OmegaConf.structured(SplatConfig)
+    cfg = _merge(schema, _read_yaml(path), str(path))
+    if overrides:
+        cfg = _merge(cfg, _parse_overrides(overrides), f"{path} (command-line overrides)")
+    source = f"{path}" + (" + overrides" if overrides else "")
+    _check_values(cfg, source)
+    if cfg.output_dir is None:
+        cfg.output_dir = str(Path("outputs") / cfg.name)
+    return cfg
+
+
+def config_to_yaml(cfg: DictConfig) -> str:
+    """The fully resolved config as YAML text."""
+    return OmegaConf.to_yaml(cfg, resolve=True)

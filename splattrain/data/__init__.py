@@ -1,0 +1,1 @@
+"""Dataset readers and the training data pipeline."""

@@ -1,0 +1,37 @@
+"""What a dataset reader returns: frames (image + camera) and optional points."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from ..cameras import Camera
+
+
+@dataclass
+class Frame:
+    """One posed photograph.
+
+    Attributes:
+        image: uint8 [H, W, 3] (RGB) or [H, W, 4] (RGBA, composited later over the background).
+        camera: the camera that took it (CPU tensors); its size matches ``image``.
+        name: a stable name for the view (file stem), used for logs and image files.
+    """
+
+    image: np.ndarray
+    camera: Camera
+    name: str
+
+
+@dataclass
+class SceneData:
+    """A loaded scene: train and test frames, plus an optional sparse point cloud."""
+
+    train: list[Frame]
+    test: list[Frame]
+    points: Optional[np.ndarray] = None  # float32 [P, 3]
+    point_colors: Optional[np.ndarray] = None  # uint8 [P, 3]
+    source: str = ""
+    extra: dict = field(default_factory=dict)

@@ -1,0 +1,5 @@
+"""The training engine."""
+
+from .trainer import DefaultTrainer
+
+__all__ = ["DefaultTrainer"]

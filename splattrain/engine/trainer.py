@@ -1,0 +1,289 @@
+"""The step-based trainer: data -> render -> loss -> backward -> densify -> optimize."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from .. import __version__
+from ..config import config_to_yaml
+from ..console import Console
+from ..data.loading import load_scene
+from ..data.pipeline import DataPipeline, camera_scene_scale, focus_point
+from ..hooks.base import Hook
+from ..hooks.dispatch import HookDispatcher
+from ..io.atomic import atomic_link, atomic_torch_save, atomic_write_text
+from ..losses import photometric_loss
+from ..metrics import Evaluator
+from ..model.gaussians import GaussianModel, degree_for_step
+from ..optim import build_optimizers, build_schedulers
+from ..registry import WRITERS
+from ..render.splat_renderers import build_renderer
+from ..strategy import build_strategy
+from ..writers import WriterGroup
+from .setup import build_hook, hook_specs, import_user_modules, resolve_device, rng_states, seed_everything, set_rng_states
+
+
+class DefaultTrainer:
+    """Trains a Gaussian scene from a resolved config, calling hooks at every point.
+
+    Build it with a config from :func:`splattrain.config.load_config`, then call
+    :meth:`train`. Public attributes hooks may use: ``cfg``, ``console``, ``run_dir``,
+    ``device``, ``step``, ``max_steps``, ``data``, ``model``, ``renderer``,
+    ``optimizers``, ``schedulers``, ``strategy``, ``strategy_state``, ``writers``,
+    ``hooks``, ``last_metrics``.
+    """
+
+    def __init__(self, cfg: DictConfig, console: Optional[Console] = None, config_dir: Optional[Path] = None) -> None:
+        self.cfg = cfg
+        self.console = console or Console()
+        self.run_dir = Path(cfg.output_dir)
+        import_user_modules(list(cfg.imports), config_dir)
+        seed_everything(cfg.seed)
+        self.device = resolve_device(cfg.trainer.device)
+        self.step = 0
+        self.max_steps = int(cfg.trainer.max_steps)
+        self.background = torch.tensor(list(cfg.data.background), dtype=torch.float32, device=self.device)
+
+        self.data_type, scene = load_scene(cfg.data.type, cfg.data.path, test_split=cfg.data.test_split)
+        self.data = DataPipeline(scene, self.background, self.device, seed=cfg.seed, downscale=cfg.data.downscale)
+        self.scene_scale = camera_scene_scale(self.data.train_cameras)
+        self.model = self._build_model(scene).to(self.device)
+        self.renderer = build_renderer(OmegaConf.to_container(cfg.renderer), self.device)
+        self.optimizers = build_optimizers(self.model, cfg.optim, self.scene_scale)
+        self.schedulers = build_schedulers(self.optimizers, cfg.optim, self.scene_scale, self.max_steps)
+        self.strategy = build_strategy(cfg.strategy)
+        self.strategy.check_sanity(self.model.params, self.optimizers)
+        self.strategy_state = self.strategy.initialize_state(scene_scale=self.scene_scale)
+        self.evaluator = Evaluator(cfg.metrics.lpips, cfg.metrics.lpips_net, self.device, self.console.warning)
+        self.writers = WriterGroup([], warn=self.console.warning)
+
+        self.hooks = HookDispatcher()
+        for name, spec in hook_specs(cfg.default_hooks, list(cfg.custom_hooks)):
+            self.register_hook(build_hook(name, spec))
+
+        self.last_metrics: Dict[str, Any] = {}
+        self.val_per_view: List[Dict[str, Any]] = []
+        self.train_seconds = 0.0
+
+    # -- building -------------------------------------------------------------------
+    def _build_model(self, scene) -> GaussianModel:
+        init = self.cfg.model.init
+        generator = torch.Generator().manual_seed(self.cfg.seed)
+        use_points = init.type == "points" or (init.type == "auto" and scene.points is not None)
+        if use_points:
+            if scene.points is None:
+                from ..errors import ConfigError
+
+                raise ConfigError(f"model.init.type is 'points' but {self.cfg.data.path} has no sparse points")
+            return GaussianModel.from_points(
+                torch.from_numpy(scene.points),
+                torch.from_numpy(scene.point_colors).float() / 255.0,
+                self.cfg.model.sh_degree,
+                opacity=init.opacity,
+                scale_factor=init.scale_factor,
+                generator=generator,
+            )
+        return GaussianModel.random(
+            init.num_points,
+            focus_point(self.data.train_cameras),
+            init.extent,
+            self.cfg.model.sh_degree,
+            opacity=init.opacity,
+            scale_factor=init.scale_factor,
+            generator=generator,
+        )
+
+    def register_hook(self, hook: Hook) -> None:
+        """Add a hook; dispatch tables are rebuilt so unused points stay free."""
+        self.hooks.register(hook)
+
+    def call_hook(self, point: str, *args: Any) -> None:
+        """Call every hook overriding ``point``, in priority order."""
+        entries = self.hooks.entries[point]
+        if entries:
+            self.hooks.run(point, entries, self, args)
+
+    # -- the run --------------------------------------------------------------------
+    def train(self, resume: Optional[Path] = None) -> Dict[str, Any]:
+        """Run training to ``max_steps`` (from ``resume`` if given); returns the results dict."""
+        self._open_run_dir()
+        try:
+            self._print_header()
+            self.call_hook("before_run")
+            if resume is not None:
+                self.load_checkpoint(resume)
+            self.call_hook("before_train")
+            for step in range(self.step + 1, self.max_steps + 1):
+                self.step = step
+                started = time.perf_counter()
+                self.train_step(step)
+                self.train_seconds += time.perf_counter() - started
+                if self._validation_due(step):
+                    self.validate()
+            self.call_hook("after_train")
+            return self._write_results()
+        except BaseException as error:
+            self._report_exception(error)
+            raise
+        finally:
+            try:
+                self.call_hook("after_run")
+            finally:
+                self.writers.close()
+                self.console.close()
+
+    def train_step(self, step: int) -> Dict[str, Any]:
+        """One optimisation step; returns the outputs hooks saw."""
+        batch = self.data.next_train(step)
+        self.call_hook("before_train_iter", step, batch)
+        sh_degree = degree_for_step(step, self.cfg.model.sh_degree_interval, self.cfg.model.sh_degree)
+        render = self.renderer.render(self.model, batch["camera"], sh_degree, self.background)
+        losses = photometric_loss(render.rgb, batch["image"], self.cfg.loss.ssim_lambda)
+        self.strategy.step_pre_backward(self.model.params, self.optimizers, self.strategy_state, step, render.info)
+        losses["loss"].backward()
+        outputs = {"render": render, "losses": losses, "sh_degree": sh_degree}
+        self.call_hook("after_backward", step, outputs)
+        self.strategy.step_post_backward(self.model.params, self.optimizers, self.strategy_state, step, render.info)
+        for optimizer in self.optimizers.values():
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        for scheduler in self.schedulers:
+            scheduler.step(step)
+        self.call_hook("after_train_iter", step, batch, outputs)
+        return outputs
+
+    def _validation_due(self, step: int) -> bool:
+        interval = self.cfg.trainer.val_interval
+        return step == self.max_steps or (interval > 0 and step % interval == 0)
+
+    @torch.no_grad()
+    def validate(self) -> Dict[str, Any]:
+        """Render every test view, score it, and return the mean metrics."""
+        self.call_hook("before_val")
+        sh_degree = degree_for_step(self.step, self.cfg.model.sh_degree_interval, self.cfg.model.sh_degree)
+        per_view: List[Dict[str, Any]] = []
+        for index, batch in enumerate(self.data.test_batches()):
+            self.call_hook("before_val_iter", index, batch)
+            render = self.renderer.render(self.model, batch["camera"], sh_degree, self.background)
+            scores = self.evaluator(render.rgb, batch["image"])
+            per_view.append({"view": batch["camera"][0].name, **scores})
+            self.call_hook("after_val_iter", index, batch, {"render": render, "metrics": scores})
+        metrics = {"step": self.step, **_mean_metrics(per_view)}
+        self.val_per_view = per_view
+        self.last_metrics = metrics
+        self.call_hook("after_val", metrics)
+        return metrics
+
+    # -- checkpoints ----------------------------------------------------------------
+    def checkpoint_state(self) -> Dict[str, Any]:
+        """Everything needed to continue this run; hooks add to it in before_save_checkpoint."""
+        checkpoint = {
+            "version": __version__,
+            "step": self.step,
+            "config": OmegaConf.to_container(self.cfg, resolve=True),
+            "sh_degree": self.model.sh_degree,
+            "gaussians": self.model.state_dict(),
+            "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
+            "strategy_state": self.strategy_state,
+            "data": self.data.state_dict(),
+            "rng": rng_states(),
+            "train_seconds": self.train_seconds,
+            "last_metrics": self.last_metrics,
+            "hooks": {h.name: h.state_dict() for h in self.hooks.hooks if h.state_dict()},
+        }
+        self.call_hook("before_save_checkpoint", checkpoint)
+        return checkpoint
+
+    def save_checkpoint(self, path: Path, link_last: bool = True) -> Path:
+        """Write a resumable checkpoint to ``path`` atomically (and point ckpt/last.pt at it)."""
+        atomic_torch_save(self.checkpoint_state(), path)
+        if link_last:
+            atomic_link(path, path.parent / "last.pt")
+        return path
+
+    def load_checkpoint(self, path: Path) -> Dict[str, Any]:
+        """Restore the state saved by :meth:`save_checkpoint` and continue from its step."""
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        self.model.load_state_dict(checkpoint["gaussians"])
+        self.optimizers = build_optimizers(self.model, self.cfg.optim, self.scene_scale)
+        self.schedulers = build_schedulers(self.optimizers, self.cfg.optim, self.scene_scale, self.max_steps)
+        for name, optimizer in self.optimizers.items():
+            optimizer.load_state_dict(checkpoint["optimizers"][name])
+        self.strategy_state = _to_device(checkpoint["strategy_state"], self.device)
+        self.data.load_state_dict(checkpoint["data"])
+        set_rng_states(checkpoint["rng"])
+        self.step = int(checkpoint["step"])
+        self.train_seconds = float(checkpoint.get("train_seconds", 0.0))
+        self.last_metrics = dict(checkpoint.get("last_metrics", {}))
+        for scheduler in self.schedulers:
+            scheduler.step(self.step)
+        states = checkpoint.get("hooks", {})
+        for hook in self.hooks.hooks:
+            if hook.name in states:
+                hook.load_state_dict(states[hook.name])
+        self.call_hook("after_load_checkpoint", checkpoint)
+        self.console.info(f"resumed from {path} at step {self.step}")
+        return checkpoint
+
+    # -- run directory ----------------------------------------------------------------
+    def _open_run_dir(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.console.open_log(self.run_dir / "log.txt")
+        text = config_to_yaml(self.cfg)
+        atomic_write_text(self.run_dir / "config.yaml", text)
+        writers = [WRITERS.build(dict(spec), run_dir=self.run_dir) for spec in self.cfg.writers]
+        self.writers = WriterGroup(writers, warn=self.console.warning)
+        self.writers.write_config(OmegaConf.to_container(self.cfg, resolve=True), text)
+
+    def _print_header(self) -> None:
+        self.console.info(
+            f"[bold]splattrain {__version__}[/bold]  scene {self.cfg.name} ({self.data_type}: {self.cfg.data.path}, "
+            f"{len(self.data.train_frames)} train / {len(self.data.test_frames)} test views)"
+        )
+        self.console.info(
+            f"device {self.device}  renderer {type(self.renderer).__name__} ({self.renderer.rasterize_mode})  "
+            f"gaussians {self.model.num_gaussians}  steps {self.max_steps}  run dir {self.run_dir}"
+        )
+        self.console.table("hooks", ["point", "hooks (priority)"], [[p, ", ".join(n)] for p, n in self.hooks.table()])
+
+    def _report_exception(self, error: BaseException) -> None:
+        try:
+            self.call_hook("on_exception", error)
+        except Exception as hook_error:  # keep the original error as the one raised
+            self.console.warning(f"while handling {type(error).__name__}: {hook_error}")
+
+    def _write_results(self) -> Dict[str, Any]:
+        metrics = self.last_metrics
+        results = {
+            "psnr": metrics.get("psnr"),
+            "ssim": metrics.get("ssim"),
+            "lpips": metrics.get("lpips"),
+            "num_gaussians": self.model.num_gaussians,
+            "steps": self.step,
+            "train_seconds": round(self.train_seconds, 3),
+            "per_view": self.val_per_view,
+        }
+        atomic_write_text(self.run_dir / "results.json", json.dumps(results, indent=2) + "\n")
+        return results
+
+
+def _mean_metrics(per_view: List[Dict[str, Any]]) -> Dict[str, Optional[float]]:
+    out: Dict[str, Optional[float]] = {}
+    for key in ("psnr", "ssim", "lpips"):
+        values = [v[key] for v in per_view if v.get(key) is not None]
+        out[key] = sum(values) / len(values) if values else None
+    return out
+
+
+def _to_device(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: _to_device(v, device) for k, v in value.items()}
+    return value

@@ -1,0 +1,145 @@
+"""The hook base class: one method per point of the training run."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any, Dict, Union
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..engine.trainer import DefaultTrainer
+
+
+class Priority(IntEnum):
+    """Named priority levels; lower runs first."""
+
+    HIGHEST = 0
+    VERY_HIGH = 10
+    HIGH = 30
+    ABOVE_NORMAL = 40
+    NORMAL = 50
+    BELOW_NORMAL = 60
+    LOW = 70
+    VERY_LOW = 90
+    LOWEST = 100
+
+
+def get_priority(priority: Union[int, str, Priority]) -> int:
+    """Turn a level name ('HIGH'), a Priority or an int in [0, 100] into an int."""
+    if isinstance(priority, str):
+        try:
+            return int(Priority[priority.upper()])
+        except KeyError:
+            names = ", ".join(p.name for p in Priority)
+            raise ValueError(f"unknown priority {priority!r}; use an int or one of {names}") from None
+    value = int(priority)
+    if not 0 <= value <= 100:
+        raise ValueError(f"priority must be within [0, 100], got {value}")
+    return value
+
+
+#: Hook points in the order a run calls them; each takes the trainer first.
+HOOK_POINTS = (
+    "before_run",
+    "after_load_checkpoint",
+    "before_train",
+    "before_train_iter",
+    "after_backward",
+    "after_train_iter",
+    "before_val",
+    "before_val_iter",
+    "after_val_iter",
+    "after_val",
+    "before_save_checkpoint",
+    "after_train",
+    "on_exception",
+    "after_run",
+)
+
+
+class Hook:
+    """Base class for hooks. Override only the points you need.
+
+    Class attribute ``priority`` (or the ``priority`` argument) orders hooks at each
+    point: lower first, ties in registration order. Hooks with state implement
+    ``state_dict`` / ``load_state_dict``; checkpoints store it under the hook's name.
+    """
+
+    priority: Union[int, str] = Priority.NORMAL
+
+    def __init__(self, priority: Union[int, str, None] = None) -> None:
+        if priority is not None:
+            self.priority = priority
+        self.priority = get_priority(self.priority)
+
+    @property
+    def name(self) -> str:
+        """Key under which the checkpoint stores this hook's state."""
+        return getattr(self, "_registered_name", None) or type(self).__name__
+
+    # -- points ---------------------------------------------------------------------
+    def before_run(self, trainer: "DefaultTrainer") -> None:
+        """Once, after everything is built and before any checkpoint is loaded."""
+
+    def after_load_checkpoint(self, trainer: "DefaultTrainer", checkpoint: Dict[str, Any]) -> None:
+        """After a checkpoint was loaded for resuming; ``checkpoint`` is the loaded dict."""
+
+    def before_train(self, trainer: "DefaultTrainer") -> None:
+        """Once, right before the first training step."""
+
+    def before_train_iter(self, trainer: "DefaultTrainer", step: int, batch: Dict[str, Any]) -> None:
+        """Before rendering step ``step`` (1-based) with ``batch``."""
+
+    def after_backward(self, trainer: "DefaultTrainer", step: int, outputs: Dict[str, Any]) -> None:
+        """After ``loss.backward()``, before densification and the optimizer step."""
+
+    def after_train_iter(
+        self, trainer: "DefaultTrainer", step: int, batch: Dict[str, Any], outputs: Dict[str, Any]
+    ) -> None:
+        """After the optimizer and scheduler steps of ``step``."""
+
+    def before_val(self, trainer: "DefaultTrainer") -> None:
+        """Before a validation pass over the test views."""
+
+    def before_val_iter(self, trainer: "DefaultTrainer", index: int, batch: Dict[str, Any]) -> None:
+        """Before rendering test view ``index``."""
+
+    def after_val_iter(
+        self, trainer: "DefaultTrainer", index: int, batch: Dict[str, Any], outputs: Dict[str, Any]
+    ) -> None:
+        """After rendering and scoring test view ``index``."""
+
+    def after_val(self, trainer: "DefaultTrainer", metrics: Dict[str, Any]) -> None:
+        """After a validation pass, with the mean metrics."""
+
+    def before_save_checkpoint(self, trainer: "DefaultTrainer", checkpoint: Dict[str, Any]) -> None:
+        """Before ``checkpoint`` is written; add to it in place."""
+
+    def after_train(self, trainer: "DefaultTrainer") -> None:
+        """Once, after the last step and its validation."""
+
+    def on_exception(self, trainer: "DefaultTrainer", error: BaseException) -> None:
+        """When the run fails (or is interrupted) with ``error``; the error is re-raised after."""
+
+    def after_run(self, trainer: "DefaultTrainer") -> None:
+        """Always, last: close what ``before_run`` opened."""
+
+    # -- helpers --------------------------------------------------------------------
+    def every_n_steps(self, trainer: "DefaultTrainer", n: int, start: int = 0) -> bool:
+        """True when the current step is ``start + k * n`` for some k >= 1 (n <= 0: never)."""
+        step = trainer.step
+        return n > 0 and step > start and (step - start) % n == 0
+
+    def is_last_step(self, trainer: "DefaultTrainer") -> bool:
+        """True on the run's final training step."""
+        return trainer.step == trainer.max_steps
+
+    def state_dict(self) -> Dict[str, Any]:
+        """State to keep in checkpoints (empty for stateless hooks)."""
+        return {}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+
+    def overridden_points(self) -> list[str]:
+        """The points this hook's class overrides, in call order."""
+        return [p for p in HOOK_POINTS if getattr(type(self), p) is not getattr(Hook, p)]

@@ -1,0 +1,89 @@
+"""Image quality metrics for validation: PSNR, SSIM and (where available) LPIPS."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Dict, Optional
+
+import torch
+from torch import Tensor
+
+from .losses import ssim_nhwc
+
+#: torchvision checkpoint file each LPIPS backbone needs in torch's hub cache.
+LPIPS_BACKBONE_FILES = {
+    "alex": "alexnet-owt-7be5be79.pth",
+    "vgg": "vgg16-397923af.pth",
+    "squeeze": "squeezenet1_1-b8a52dc0.pth",
+}
+
+
+def psnr(pred: Tensor, target: Tensor) -> float:
+    """Peak signal-to-noise ratio in dB of images in [0, 1]."""
+    mse = torch.mean((pred.clamp(0, 1) - target) ** 2)
+    return float(-10.0 * torch.log10(mse.clamp_min(1e-12)))
+
+
+class LPIPSMetric:
+    """LPIPS through the ``lpips`` package, only when it imports and its weights are on disk.
+
+    It never downloads anything: when the package or the backbone weights are missing,
+    ``available`` is False and ``reason`` says why.
+    """
+
+    def __init__(self, net: str = "alex", device: torch.device | str = "cpu") -> None:
+        self.model: Optional[torch.nn.Module] = None
+        self.reason = ""
+        if net not in LPIPS_BACKBONE_FILES:
+            self.reason = f"unknown LPIPS network {net!r} (use one of {', '.join(LPIPS_BACKBONE_FILES)})"
+            return
+        try:
+            import lpips
+        except Exception as err:  # lpips pulls torchvision, which may fail to import for many reasons
+            self.reason = (
+                f"the lpips package cannot be imported ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
+                "install splattrain[lpips] with a torchvision matching your torch"
+            )
+            return
+        weights = Path(torch.hub.get_dir()) / "checkpoints" / LPIPS_BACKBONE_FILES[net]
+        if not weights.is_file():
+            self.reason = (
+                f"LPIPS backbone weights not found at {weights}; splattrain does not download them. "
+                f"Fetch them once with: python -c \"import lpips; lpips.LPIPS(net='{net}')\""
+            )
+            return
+        try:
+            self.model = lpips.LPIPS(net=net, verbose=False).to(device).eval()
+        except Exception as err:
+            self.reason = f"LPIPS could not be built ({type(err).__name__}: {err})"
+
+    @property
+    def available(self) -> bool:
+        return self.model is not None
+
+    @torch.no_grad()
+    def __call__(self, pred: Tensor, target: Tensor) -> Optional[float]:
+        """LPIPS of [C,H,W,3] images in [0,1], or None when unavailable."""
+        if self.model is None:
+            return None
+        x = pred.clamp(0, 1).permute(0, 3, 1, 2)
+        y = target.permute(0, 3, 1, 2)
+        return float(self.model(x, y, normalize=True).mean())
+
+
+class Evaluator:
+    """Scores rendered views against ground truth; warns once when LPIPS is unavailable."""
+
+    def __init__(self, lpips: bool, lpips_net: str, device: torch.device, warn: Callable[[str], None]) -> None:
+        self.lpips = LPIPSMetric(lpips_net, device) if lpips else None
+        if self.lpips is not None and not self.lpips.available:
+            warn(f"LPIPS disabled, reported as null: {self.lpips.reason}")
+
+    @torch.no_grad()
+    def __call__(self, pred: Tensor, target: Tensor) -> Dict[str, Optional[float]]:
+        """{'psnr', 'ssim', 'lpips'} for [C,H,W,3] images (lpips None when unavailable)."""
+        return {
+            "psnr": psnr(pred, target),
+            "ssim": float(ssim_nhwc(pred.clamp(0, 1), target)),
+            "lpips": self.lpips(pred, target) if self.lpips is not None else None,
+        }

@@ -1,0 +1,130 @@
+"""Renderer backends behind one interface: gsplat (CUDA) and the PyTorch rasterizer."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import List
+
+import torch
+from torch import Tensor
+
+from ..cameras import Camera, stack_cameras
+from ..errors import ConfigError
+from ..model.gaussians import GaussianModel
+from ..registry import RENDERERS
+from .base import RenderResult
+
+
+class Renderer(ABC):
+    """Renders a GaussianModel from a batch of same-sized cameras.
+
+    Subclasses implement ``render``; every backend returns the same RenderResult, with
+    a gsplat-shaped ``info`` dict so gsplat's densification strategies work unchanged.
+    """
+
+    def __init__(
+        self,
+        rasterize_mode: str = "classic",
+        tile_size: int = 16,
+        near_plane: float = 0.01,
+        far_plane: float = 1e10,
+        eps2d: float = 0.3,
+    ) -> None:
+        self.rasterize_mode = rasterize_mode
+        self.tile_size = tile_size
+        self.near_plane = near_plane
+        self.far_plane = far_plane
+        self.eps2d = eps2d
+
+    @abstractmethod
+    def render(self, model: GaussianModel, cameras: List[Camera], sh_degree: int, background: Tensor) -> RenderResult:
+        """Render ``model`` from ``cameras`` using SH up to ``sh_degree`` over ``background`` [3]."""
+
+
+def sh_colors(model: GaussianModel, viewmats: Tensor, sh_degree: int) -> Tensor:
+    """View-dependent RGB per camera [C, N, 3], as gsplat computes it (SH + 0.5, clamped at 0)."""
+    from gsplat.cuda._torch_impl import _spherical_harmonics
+
+    rot = viewmats[:, :3, :3]
+    campos = -torch.einsum("cji,cj->ci", rot, viewmats[:, :3, 3])  # [C, 3]
+    dirs = model.means[None, :, :] - campos[:, None, :]  # [C, N, 3]
+    coeffs = model.sh_coeffs[None].expand(viewmats.shape[0], -1, -1, -1)
+    colors = _spherical_harmonics(sh_degree, dirs, coeffs[:, :, : (sh_degree + 1) ** 2, :])
+    return torch.clamp_min(colors + 0.5, 0.0)
+
+
+@RENDERERS.register("torch", aliases=("TorchRenderer",))
+class TorchRenderer(Renderer):
+    """Pure PyTorch tile rasterizer: runs on any device, the reference for other backends."""
+
+    def render(self, model: GaussianModel, cameras: List[Camera], sh_degree: int, background: Tensor) -> RenderResult:
+        from .torch_rasterizer import rasterize
+
+        viewmats, Ks, width, height = stack_cameras(cameras)
+        C = viewmats.shape[0]
+        colors = sh_colors(model, viewmats, sh_degree)
+        depths = (torch.einsum("cij,nj->cni", viewmats[:, :3, :3], model.means) + viewmats[:, None, :3, 3])[..., 2:]
+        features = torch.cat([colors, depths], dim=-1)  # [C, N, 4]
+        backgrounds = torch.cat([background.expand(C, 3), background.new_zeros(C, 1)], dim=-1)
+        render, alpha, info = rasterize(
+            model.means,
+            model.quats,
+            model.scales,
+            model.opacities,
+            features,
+            viewmats,
+            Ks,
+            width,
+            height,
+            near_plane=self.near_plane,
+            far_plane=self.far_plane,
+            eps2d=self.eps2d,
+            tile_size=self.tile_size,
+            rasterize_mode=self.rasterize_mode,
+            backgrounds=backgrounds,
+        )
+        depth = render[..., 3:] / alpha.clamp_min(1e-10)
+        return RenderResult(rgb=render[..., :3], alpha=alpha, depth=depth, info=info)
+
+
+@RENDERERS.register("gsplat", aliases=("GsplatRenderer",))
+class GsplatRenderer(Renderer):
+    """gsplat's CUDA rasterizer (needs a CUDA device)."""
+
+    def render(self, model: GaussianModel, cameras: List[Camera], sh_degree: int, background: Tensor) -> RenderResult:
+        from gsplat import rasterization
+
+        viewmats, Ks, width, height = stack_cameras(cameras)
+        C = viewmats.shape[0]
+        render, alpha, info = rasterization(
+            model.means,
+            model.quats,
+            model.scales,
+            model.opacities,
+            model.sh_coeffs,
+            viewmats,
+            Ks,
+            width,
+            height,
+            near_plane=self.near_plane,
+            far_plane=self.far_plane,
+            eps2d=self.eps2d,
+            tile_size=self.tile_size,
+            sh_degree=sh_degree,
+            backgrounds=background.expand(C, 3),
+            render_mode="RGB+ED",
+            rasterize_mode=self.rasterize_mode,
+            packed=False,
+        )
+        return RenderResult(rgb=render[..., :3], alpha=alpha, depth=render[..., 3:], info=info)
+
+
+def build_renderer(spec: dict, device: torch.device) -> Renderer:
+    """Build the renderer named by ``spec['type']``; ``auto`` picks gsplat on CUDA, torch otherwise."""
+    spec = dict(spec)
+    kind = spec.get("type", "auto")
+    if kind == "auto":
+        spec["type"] = "gsplat" if device.type == "cuda" else "torch"
+    elif kind == "gsplat" and device.type != "cuda":
+        raise ConfigError(f"renderer.type 'gsplat' needs a CUDA device, but the run uses '{device}'; use 'auto' or 'torch'")
+    return RENDERERS.build(spec)

@@ -1,0 +1,39 @@
+"""One JSON object per logged step in ``<run_dir>/metrics.jsonl``."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Mapping
+
+from ..registry import WRITERS
+from .base import Writer
+
+
+@WRITERS.register("jsonl", aliases=("JsonlWriter",))
+class JsonlWriter(Writer):
+    """Scalars as JSON lines {"step": N, tag: value, ...}, one line per logging call."""
+
+    def __init__(self, run_dir: str | Path, filename: str = "metrics.jsonl") -> None:
+        super().__init__(run_dir)
+        self.path = self.run_dir / filename
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    def write_scalars(self, scalars: Mapping[str, float], step: int) -> None:
+        row = {"step": step}
+        for tag, value in scalars.items():
+            value = float(value)
+            row[tag] = value if math.isfinite(value) else None
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+
+    def write_scalar(self, tag: str, value: float, step: int) -> None:
+        self.write_scalars({tag: value}, step)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()

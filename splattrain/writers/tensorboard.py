@@ -1,0 +1,37 @@
+"""TensorBoard event files under ``<run_dir>/tb``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict
+
+import numpy as np
+
+from ..registry import WRITERS
+from .base import Writer
+
+
+@WRITERS.register("tensorboard", aliases=("TensorboardWriter",))
+class TensorboardWriter(Writer):
+    """Scalars, validation images and the config text as TensorBoard events (run_dir/tb)."""
+
+    def __init__(self, run_dir: str | Path, subdir: str = "tb") -> None:
+        super().__init__(run_dir)
+        from torch.utils.tensorboard import SummaryWriter
+
+        self._writer = SummaryWriter(log_dir=str(self.run_dir / subdir))
+
+    def write_scalar(self, tag: str, value: float, step: int) -> None:
+        self._writer.add_scalar(tag, float(value), step)
+
+    def write_image(self, tag: str, image: np.ndarray, step: int) -> None:
+        self._writer.add_image(tag, image, step, dataformats="HWC")
+
+    def write_config(self, config: Dict[str, Any], text: str) -> None:
+        self._writer.add_text("config", "```yaml\n" + text + "\n```", 0)
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()

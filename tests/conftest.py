@@ -1,0 +1,43 @@
+"""Shared fixtures: the shipped demo scene and small configs over it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "data" / "demo"
+
+
+@pytest.fixture
+def write_config(tmp_path: Path):
+    """Write a YAML config into tmp_path and return its path."""
+
+    def write(text: str, name: str = "cfg.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(text)
+        return path
+
+    return write
+
+
+def tiny_config_text(tmp_path: Path, steps: int = 30, extra: str = "") -> str:
+    """A config that trains the demo scene at 1/4 resolution for a few steps."""
+    return f"""
+name: tiny
+output_dir: {tmp_path / 'run'}
+data:
+  path: {DEMO}
+  downscale: 4
+trainer:
+  max_steps: {steps}
+  val_interval: 0
+model:
+  sh_degree: 1
+  init:
+    num_points: 300
+metrics:
+  lpips: false
+{extra}
+"""

@@ -1,0 +1,94 @@
+"""Config loading: defaults, overrides, and errors that name the key and the file."""
+
+from __future__ import annotations
+
+import pytest
+
+from splattrain.config import load_config
+from splattrain.errors import ConfigError
+
+BASE = "name: t\ndata:\n  path: somewhere\n"
+
+
+def test_defaults_overrides_and_output_dir(write_config):
+    path = write_config(BASE + "trainer:\n  max_steps: 123\n")
+    cfg = load_config(path, ["trainer.val_interval=7", "data.background=[0,0,0]", "renderer.type=torch"])
+    assert cfg.trainer.max_steps == 123
+    assert cfg.trainer.val_interval == 7
+    assert list(cfg.data.background) == [0.0, 0.0, 0.0]
+    assert cfg.renderer.type == "torch"
+    assert cfg.output_dir == "outputs/t"
+    assert cfg.loss.ssim_lambda == pytest.approx(0.2)
+
+
+def test_override_values_are_typed(write_config):
+    cfg = load_config(write_config(BASE), ["trainer.max_steps=50", "optim.sh0_lr=1e-3"])
+    assert isinstance(cfg.trainer.max_steps, int) and cfg.trainer.max_steps == 50
+    assert cfg.optim.sh0_lr == pytest.approx(1e-3)
+
+
+def test_unknown_key_in_file_names_key_file_and_suggestion(write_config):
+    path = write_config(BASE + "trainer:\n  max_step: 5\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert "trainer.max_step" in message
+    assert "max_steps" in message  # the close match
+
+
+def test_unknown_section_suggests_close_name(write_config):
+    with pytest.raises(ConfigError, match=r"trainr.*trainer"):
+        load_config(write_config(BASE + "trainr:\n  max_steps: 5\n"))
+
+
+def test_wrong_type_in_file(write_config):
+    path = write_config(BASE + "trainer:\n  max_steps: lots\n")
+    with pytest.raises(ConfigError, match=r"trainer\.max_steps.*'lots'"):
+        load_config(path)
+
+
+def test_wrong_type_in_override_names_override(write_config):
+    with pytest.raises(ConfigError) as info:
+        load_config(write_config(BASE), ["trainer.max_steps=abc"])
+    assert "overrides" in str(info.value) and "trainer.max_steps" in str(info.value)
+
+
+def test_unknown_override_key(write_config):
+    with pytest.raises(ConfigError, match=r"renderer\.tpye.*type"):
+        load_config(write_config(BASE), ["renderer.tpye=torch"])
+
+
+def test_malformed_override(write_config):
+    with pytest.raises(ConfigError, match="dotted.key=value"):
+        load_config(write_config(BASE), ["trainer.max_steps"])
+
+
+def test_missing_file():
+    with pytest.raises(ConfigError, match="nope.yaml' not found"):
+        load_config("nope.yaml")
+
+
+def test_missing_required_key(write_config):
+    with pytest.raises(ConfigError, match=r"missing required key 'data.path'"):
+        load_config(write_config("name: t\n"))
+
+
+def test_invalid_yaml_names_line(write_config):
+    path = write_config("name: t\ndata: [\n")
+    with pytest.raises(ConfigError, match=r"line \d+"):
+        load_config(path)
+
+
+def test_bad_choice_and_range(write_config):
+    with pytest.raises(ConfigError, match="rasterize_mode"):
+        load_config(write_config(BASE), ["renderer.rasterize_mode=fancy"])
+    with pytest.raises(ConfigError, match=r"trainer\.max_steps' must be > 0"):
+        load_config(write_config(BASE), ["trainer.max_steps=0"])
+
+
+def test_hook_and_writer_lists_need_types(write_config):
+    with pytest.raises(ConfigError, match="custom_hooks"):
+        load_config(write_config(BASE + "custom_hooks:\n  - interval: 3\n"))
+    with pytest.raises(ConfigError, match="default_hooks.logger"):
+        load_config(write_config(BASE + "default_hooks:\n  logger: 5\n"))

@@ -1,0 +1,104 @@
+"""Hook base class, priorities, dispatch, and config-built hooks."""
+
+from __future__ import annotations
+
+import pytest
+
+from splattrain.errors import ConfigError
+from splattrain.hooks import HOOK_POINTS, Hook, HookDispatcher, HookError, Priority, get_priority
+from splattrain.engine.setup import build_hook, hook_specs
+
+
+class Calls(list):
+    pass
+
+
+def recorder(name: str, priority, calls: Calls):
+    class Recorder(Hook):
+        def before_train_iter(self, trainer, step, batch):
+            calls.append((name, step))
+
+    Recorder.__name__ = name
+    return Recorder(priority=priority)
+
+
+def test_priorities_named_and_int():
+    assert get_priority("HIGH") == 30 and get_priority("very_low") == 90
+    assert get_priority(Priority.LOWEST) == 100 and get_priority(42) == 42
+    with pytest.raises(ValueError, match="unknown priority"):
+        get_priority("URGENT")
+    with pytest.raises(ValueError, match=r"\[0, 100\]"):
+        get_priority(101)
+
+
+def test_lower_priority_first_ties_in_registration_order():
+    calls = Calls()
+    dispatcher = HookDispatcher()
+    for name, prio in [("a", "LOW"), ("b", 10), ("c", "LOW"), ("d", "NORMAL"), ("e", 10)]:
+        dispatcher.register(recorder(name, prio, calls))
+    dispatcher.run("before_train_iter", dispatcher.entries["before_train_iter"], None, (7, {}))
+    assert [n for n, _ in calls] == ["b", "e", "d", "a", "c"]
+    assert all(step == 7 for _, step in calls)
+
+
+def test_dispatch_only_lists_overriding_hooks():
+    dispatcher = HookDispatcher()
+    dispatcher.register(recorder("r", 50, Calls()))
+    dispatcher.register(Hook())
+    assert [type(h).__name__ for h, _ in dispatcher.entries["before_train_iter"]] == ["r"]
+    assert all(dispatcher.entries[p] == [] for p in HOOK_POINTS if p != "before_train_iter")
+    assert dispatcher.table() == [("before_train_iter", ["r (NORMAL)"])]
+
+
+def test_exception_names_hook_and_point():
+    class Broken(Hook):
+        def after_val(self, trainer, metrics):
+            raise ValueError("bad metric")
+
+    dispatcher = HookDispatcher()
+    dispatcher.register(Broken())
+    with pytest.raises(HookError, match=r"Broken\.after_val failed: ValueError: bad metric") as info:
+        dispatcher.run("after_val", dispatcher.entries["after_val"], None, ({},))
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+def test_every_n_steps_and_last_step():
+    class T:
+        step = 0
+        max_steps = 10
+
+    hook, trainer = Hook(), T()
+    hits = []
+    for step in range(1, 11):
+        trainer.step = step
+        if hook.every_n_steps(trainer, 4):
+            hits.append(step)
+    assert hits == [4, 8]
+    trainer.step = 6
+    assert hook.every_n_steps(trainer, 3, start=3) and not hook.every_n_steps(trainer, 0)
+    assert not hook.is_last_step(trainer)
+    trainer.step = 10
+    assert hook.is_last_step(trainer)
+
+
+def test_default_hooks_override_disable_and_custom():
+    specs = hook_specs(
+        {"logger": {"interval": 5}, "checkpoint": None},
+        [{"type": "LogHook"}, {"type": "LogHook", "priority": "HIGHEST"}],
+    )
+    assert specs[0] == ("logger", {"type": "LogHook", "interval": 5})
+    assert [name for name, _ in specs] == ["logger", "LogHook", "LogHook_2"]
+    hook = build_hook(*specs[2])
+    assert hook.priority == 0 and hook.name == "LogHook_2"
+
+
+def test_default_hooks_unknown_name_is_error():
+    with pytest.raises(ConfigError, match="default_hooks.loger"):
+        hook_specs({"loger": {"interval": 5}}, [])
+
+
+def test_build_hook_rejects_non_hooks_and_bad_priority():
+    with pytest.raises(ConfigError, match="unknown hook type 'NoSuchHook'"):
+        build_hook("x", {"type": "NoSuchHook"})
+    with pytest.raises(ConfigError, match="unknown priority"):
+        build_hook("x", {"type": "LogHook", "priority": "SOON"})
