@@ -21,7 +21,7 @@ class Console:
     def __init__(self, quiet: bool = False, verbose: bool = False, terminal: Optional[RichConsole] = None) -> None:
         self.quiet = quiet
         self.verbose = verbose
-        self.terminal = terminal or RichConsole(highlight=False)
+        self.terminal = terminal or RichConsole(highlight=False, soft_wrap=True)
         self._log: Optional[RichConsole] = None
         self._log_file: Optional[IO[str]] = None
         self._warned: Set[str] = set()

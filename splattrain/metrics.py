@@ -40,9 +40,10 @@ class LPIPSMetric:
         try:
             import lpips
         except Exception as err:  # lpips pulls torchvision, which may fail to import for many reasons
+            detail = str(err).splitlines()[0] if str(err) else type(err).__name__
             self.reason = (
-                f"the lpips package cannot be imported ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
-                "install splattrain[lpips] with a torchvision matching your torch"
+                f"the lpips package cannot be imported ({detail}); "
+                "install splattrain[lpips] with a torchvision that matches your torch"
             )
             return
         weights = Path(torch.hub.get_dir()) / "checkpoints" / LPIPS_BACKBONE_FILES[net]

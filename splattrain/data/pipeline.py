@@ -76,8 +76,8 @@ class DataPipeline:
         self.test_frames = [resize_frame(f, downscale) for f in scene.test]
         self.device = device
         self.background = background.to(device)
-        self._train_images = [torch.from_numpy(np.ascontiguousarray(f.image)) for f in self.train_frames]
-        self._test_images = [torch.from_numpy(np.ascontiguousarray(f.image)) for f in self.test_frames]
+        self._train_images = [torch.from_numpy(np.array(f.image)) for f in self.train_frames]
+        self._test_images = [torch.from_numpy(np.array(f.image)) for f in self.test_frames]
         self._generator = torch.Generator().manual_seed(seed)
         self._order: List[int] = []
         self._position = 0

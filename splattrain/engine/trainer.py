@@ -60,7 +60,7 @@ class DefaultTrainer:
         self.strategy = build_strategy(cfg.strategy)
         self.strategy.check_sanity(self.model.params, self.optimizers)
         self.strategy_state = self.strategy.initialize_state(scene_scale=self.scene_scale)
-        self.evaluator = Evaluator(cfg.metrics.lpips, cfg.metrics.lpips_net, self.device, self.console.warning)
+        self.evaluator: Optional[Evaluator] = None
         self.writers = WriterGroup([], warn=self.console.warning)
 
         self.hooks = HookDispatcher()
@@ -115,6 +115,7 @@ class DefaultTrainer:
         self._open_run_dir()
         try:
             self._print_header()
+            self.evaluator = Evaluator(self.cfg.metrics.lpips, self.cfg.metrics.lpips_net, self.device, self.console.warning)
             self.call_hook("before_run")
             if resume is not None:
                 self.load_checkpoint(resume)
@@ -165,6 +166,8 @@ class DefaultTrainer:
     @torch.no_grad()
     def validate(self) -> Dict[str, Any]:
         """Render every test view, score it, and return the mean metrics."""
+        if self.evaluator is None:
+            self.evaluator = Evaluator(self.cfg.metrics.lpips, self.cfg.metrics.lpips_net, self.device, self.console.warning)
         self.call_hook("before_val")
         sh_degree = degree_for_step(self.step, self.cfg.model.sh_degree_interval, self.cfg.model.sh_degree)
         per_view: List[Dict[str, Any]] = []

@@ -43,7 +43,7 @@ class LogHook(Hook):
         self._progress.__enter__()
 
     def after_train_iter(self, trainer, step: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
-        loss = float(outputs["losses"]["loss"])
+        loss = outputs["losses"]["loss"].item()
         self.ema_loss = loss if self.ema_loss is None else self.ema * self.ema_loss + (1.0 - self.ema) * loss
         lr = trainer.optimizers["means"].param_groups[0]["lr"]
         fields: Dict[str, Any] = {"loss": self.ema_loss, "gaussians": trainer.model.num_gaussians, "lr": lr}
@@ -52,7 +52,7 @@ class LogHook(Hook):
         if self._progress is not None:
             self._progress.update(step, fields)
         if self.every_n_steps(trainer, self.interval) or self.is_last_step(trainer):
-            scalars = {f"train/{k}": float(v) for k, v in outputs["losses"].items()}
+            scalars = {f"train/{k}": v.item() for k, v in outputs["losses"].items()}
             scalars.update(
                 {
                     "train/ema_loss": self.ema_loss,

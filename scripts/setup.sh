@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Create (or reuse) a virtual environment and install splattrain into it.
+# torch is installed first, pinned, so pip does not pull a multi-GB CUDA build on CPU
+# machines. Override the venv location with SPLATTRAIN_VENV.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+venv="${SPLATTRAIN_VENV:-.venv}"
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+# shellcheck disable=SC1091
+. "$venv/bin/activate"
+python -m pip install --quiet --upgrade pip
+if ! python -c "import torch" >/dev/null 2>&1; then
+  python -m pip install --quiet "torch==${SPLATTRAIN_TORCH_VERSION:-2.13.0}"
+fi
+python -m pip install --quiet -e ".[test]"

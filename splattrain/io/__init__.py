@@ -1,0 +1,1 @@
+"""File input/output: atomic writes and PLY."""

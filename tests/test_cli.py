@@ -1,0 +1,83 @@
+"""The command line: exit codes and one-line errors for user mistakes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, tiny_config_text
+
+
+def run_cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "splattrain", *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+def test_unknown_key_exit_2_names_key_file_and_suggestion(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(tiny_config_text(tmp_path) + "trainer:\n  val_intervall: 3\n".replace("trainer:\n", "renderer:\n"))
+    result = run_cli("fit", "--config", str(cfg))
+    assert_one_line_error(result, str(cfg), "renderer.val_intervall")
+
+
+def test_override_typo_suggests_close_key(tmp_path):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(tiny_config_text(tmp_path))
+    result = run_cli("fit", "--config", str(cfg), "trainer.max_step=5")
+    assert_one_line_error(result, "trainer.max_step", "max_steps")
+
+
+def test_missing_config_file(tmp_path):
+    assert_one_line_error(run_cli("fit", "--config", str(tmp_path / "none.yaml")), "none.yaml", "not found")
+
+
+def test_missing_data_folder(tmp_path):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(tiny_config_text(tmp_path))
+    result = run_cli("fit", "--config", str(cfg), f"data.path={tmp_path / 'nowhere'}")
+    assert_one_line_error(result, "nowhere")
+
+
+def test_unknown_hook_type_names_close_match(tmp_path):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(tiny_config_text(tmp_path, extra="custom_hooks:\n  - type: LogHok\n"))
+    assert_one_line_error(run_cli("fit", "--config", str(cfg)), "LogHok", "LogHook")
+
+
+def test_user_module_registers_hook_via_imports_and_dry_run_writes_nothing(tmp_path):
+    (tmp_path / "my_hooks.py").write_text(
+        "from splattrain import HOOKS, Hook\n\n"
+        "@HOOKS.register()\n"
+        "class ShoutHook(Hook):\n"
+        "    '''Says hello.'''\n"
+        "    priority = 'HIGH'\n"
+        "    def before_train(self, trainer):\n"
+        "        trainer.console.info('hello')\n"
+    )
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(tiny_config_text(tmp_path, extra="imports: [my_hooks]\ncustom_hooks:\n  - type: ShoutHook\n"))
+    result = run_cli("fit", "--config", str(cfg), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "ShoutHook (HIGH)" in result.stdout and "before_train" in result.stdout
+    assert "max_steps: 30" in result.stdout
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("what, name", [("hooks", "CheckPointHook"), ("writers", "tensorboard"),
+                                        ("renderers", "torch"), ("datasets", "blender")])
+def test_list(what, name):
+    result = run_cli("list", what)
+    assert result.returncode == 0 and name in result.stdout
