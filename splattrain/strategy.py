@@ -27,9 +27,14 @@ class SplatDefaultStrategy(DefaultStrategy):
             reset_opa(params=params, optimizers=optimizers, state=state, value=self.prune_opa * 2.0)
 
 
-def build_strategy(strategy_cfg) -> DefaultStrategy:
-    """The densification strategy named by ``strategy.type``."""
+def build_strategy(strategy_cfg, renderer: object) -> DefaultStrategy:
+    """The densification strategy named by ``strategy.type``, checked against ``renderer``."""
     options = {k: v for k, v in dict(strategy_cfg).items() if k != "type"}
     if strategy_cfg.type != "default":
         raise ConfigError(f"strategy.type {strategy_cfg.type!r} is not known; use 'default'")
+    if strategy_cfg.absgrad and not getattr(renderer, "supports_absgrad", False):
+        raise ConfigError(
+            f"strategy.absgrad needs a renderer that computes absolute gradients; "
+            f"{type(renderer).__name__} does not (use renderer.type gsplat or set strategy.absgrad false)"
+        )
     return SplatDefaultStrategy(verbose=False, **options)

@@ -85,6 +85,7 @@ def test_hook_exception_names_hook_runs_on_exception_and_after_run(tmp_path):
 def test_same_seed_same_numbers(tmp_path):
     results = []
     for run in ("a", "b"):
+        (tmp_path / run).mkdir()
         trainer = make_trainer(tmp_path / run, steps=6)
         trainer.train()
         results.append(trainer.model.state_dict())

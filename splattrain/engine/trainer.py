@@ -57,7 +57,8 @@ class DefaultTrainer:
         self.renderer = build_renderer(OmegaConf.to_container(cfg.renderer), self.device)
         self.optimizers = build_optimizers(self.model, cfg.optim, self.scene_scale)
         self.schedulers = build_schedulers(self.optimizers, cfg.optim, self.scene_scale, self.max_steps)
-        self.strategy = build_strategy(cfg.strategy)
+        self.strategy = build_strategy(cfg.strategy, self.renderer)
+        self.renderer.absgrad = bool(cfg.strategy.absgrad)
         self.strategy.check_sanity(self.model.params, self.optimizers)
         self.strategy_state = self.strategy.initialize_state(scene_scale=self.scene_scale)
         self.evaluator: Optional[Evaluator] = None

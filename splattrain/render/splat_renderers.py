@@ -20,7 +20,10 @@ class Renderer(ABC):
 
     Subclasses implement ``render``; every backend returns the same RenderResult, with
     a gsplat-shaped ``info`` dict so gsplat's densification strategies work unchanged.
+    Backends with ``supports_absgrad`` fill ``info["means2d"].absgrad`` when ``absgrad`` is set.
     """
+
+    supports_absgrad = False
 
     def __init__(
         self,
@@ -35,6 +38,7 @@ class Renderer(ABC):
         self.near_plane = near_plane
         self.far_plane = far_plane
         self.eps2d = eps2d
+        self.absgrad = False
 
     @abstractmethod
     def render(self, model: GaussianModel, cameras: List[Camera], sh_degree: int, background: Tensor) -> RenderResult:
@@ -91,6 +95,8 @@ class TorchRenderer(Renderer):
 class GsplatRenderer(Renderer):
     """gsplat's CUDA rasterizer (needs a CUDA device)."""
 
+    supports_absgrad = True
+
     def render(self, model: GaussianModel, cameras: List[Camera], sh_degree: int, background: Tensor) -> RenderResult:
         from gsplat import rasterization
 
@@ -115,6 +121,7 @@ class GsplatRenderer(Renderer):
             render_mode="RGB+ED",
             rasterize_mode=self.rasterize_mode,
             packed=False,
+            absgrad=self.absgrad,
         )
         return RenderResult(rgb=render[..., :3], alpha=alpha, depth=render[..., 3:], info=info)
 
