@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional
 
+import torch
+import torch.nn.functional as F
 from pytorch_msssim import ssim
 from torch import Tensor
+
+_SSIM_WINDOW, _SSIM_SIGMA, _SSIM_K = 11, 1.5, (0.01, 0.03)
 
 
 def ssim_nhwc(pred: Tensor, target: Tensor) -> Tensor:
@@ -13,8 +17,46 @@ def ssim_nhwc(pred: Tensor, target: Tensor) -> Tensor:
     return ssim(pred.permute(0, 3, 1, 2), target.permute(0, 3, 1, 2), data_range=1.0, size_average=True)
 
 
-def photometric_loss(pred: Tensor, target: Tensor, ssim_lambda: float = 0.2) -> Dict[str, Tensor]:
-    """(1 - lambda) * L1 + lambda * (1 - SSIM), the 3DGS loss; returns every term and ``loss``."""
-    l1 = (pred - target).abs().mean()
-    dssim = 1.0 - ssim_nhwc(pred, target)
+def ssim_map(pred: Tensor, target: Tensor) -> Tensor:
+    """Per-pixel SSIM [C,H-10,W-10,3] of [C,H,W,3] images in [0,1]; its mean is :func:`ssim_nhwc`."""
+    x, y = pred.permute(0, 3, 1, 2), target.permute(0, 3, 1, 2)
+    coords = torch.arange(_SSIM_WINDOW, dtype=x.dtype, device=x.device) - _SSIM_WINDOW // 2
+    window = torch.exp(-(coords**2) / (2 * _SSIM_SIGMA**2))
+    window = (window / window.sum()).repeat(x.shape[1], 1, 1, 1)
+
+    def blur(t: Tensor) -> Tensor:
+        t = F.conv2d(t, window, groups=t.shape[1])
+        return F.conv2d(t, window.transpose(2, 3), groups=t.shape[1])
+
+    c1, c2 = _SSIM_K[0] ** 2, _SSIM_K[1] ** 2
+    mu_x, mu_y = blur(x), blur(y)
+    var_x = blur(x * x) - mu_x**2
+    var_y = blur(y * y) - mu_y**2
+    cov = blur(x * y) - mu_x * mu_y
+    out = ((2 * mu_x * mu_y + c1) / (mu_x**2 + mu_y**2 + c1)) * ((2 * cov + c2) / (var_x + var_y + c2))
+    return out.permute(0, 2, 3, 1)
+
+
+def masked_ssim(pred: Tensor, target: Tensor, mask: Tensor) -> Tensor:
+    """Mean SSIM over the windows centred on pixels where ``mask`` [C,H,W,1] is True."""
+    r = _SSIM_WINDOW // 2
+    weights = mask[:, r : mask.shape[1] - r, r : mask.shape[2] - r].to(pred.dtype).expand(-1, -1, -1, pred.shape[-1])
+    return (ssim_map(pred, target) * weights).sum() / weights.sum().clamp_min(1e-8)
+
+
+def photometric_loss(
+    pred: Tensor, target: Tensor, ssim_lambda: float = 0.2, mask: Optional[Tensor] = None
+) -> Dict[str, Tensor]:
+    """(1 - lambda) * L1 + lambda * (1 - SSIM), the 3DGS loss; returns every term and ``loss``.
+
+    With ``mask`` (bool [C,H,W,1]) only pixels where it is True count: both terms are means
+    over those pixels, and the rendering's masked-out pixels get no gradient.
+    """
+    if mask is None:
+        l1 = (pred - target).abs().mean()
+        dssim = 1.0 - ssim_nhwc(pred, target)
+    else:
+        pred = torch.where(mask, pred, target)
+        l1 = (pred - target).abs().sum() / (mask.sum() * pred.shape[-1]).clamp_min(1)
+        dssim = 1.0 - masked_ssim(pred, target, mask)
     return {"l1": l1, "dssim": dssim, "loss": (1.0 - ssim_lambda) * l1 + ssim_lambda * dssim}

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 from torch import Tensor
 
-from .losses import ssim_nhwc
+from .losses import masked_ssim, ssim_nhwc
 
 #: torchvision checkpoint file each LPIPS backbone needs in torch's hub cache.
 LPIPS_BACKBONE_FILES = {
@@ -18,9 +18,13 @@ LPIPS_BACKBONE_FILES = {
 }
 
 
-def psnr(pred: Tensor, target: Tensor) -> float:
-    """Peak signal-to-noise ratio in dB of images in [0, 1]."""
-    mse = torch.mean((pred.clamp(0, 1) - target) ** 2)
+def psnr(pred: Tensor, target: Tensor, mask: Optional[Tensor] = None) -> float:
+    """Peak signal-to-noise ratio in dB of images in [0, 1] (over pixels where ``mask`` [C,H,W,1] is True)."""
+    error = (pred.clamp(0, 1) - target) ** 2
+    if mask is None:
+        mse = torch.mean(error)
+    else:
+        mse = (error * mask).sum() / (mask.sum() * error.shape[-1]).clamp_min(1)
     return float(-10.0 * torch.log10(mse.clamp_min(1e-12)))
 
 
@@ -81,10 +85,30 @@ class Evaluator:
             warn(f"LPIPS disabled, reported as null: {self.lpips.reason}")
 
     @torch.no_grad()
-    def __call__(self, pred: Tensor, target: Tensor) -> Dict[str, Optional[float]]:
-        """{'psnr', 'ssim', 'lpips'} for [C,H,W,3] images (lpips None when unavailable)."""
+    def __call__(self, pred: Tensor, target: Tensor, mask: Optional[Tensor] = None) -> Dict[str, Optional[float]]:
+        """{'psnr', 'ssim', 'lpips'} for [C,H,W,3] images (lpips None when unavailable).
+
+        With ``mask`` (bool [C,H,W,1]) PSNR and SSIM average over its True pixels only; LPIPS
+        sees the prediction with the masked-out pixels replaced by the target's.
+        """
+        if mask is not None:
+            pred = torch.where(mask, pred.clamp(0, 1), target)
+            return {
+                "psnr": psnr(pred, target, mask),
+                "ssim": float(masked_ssim(pred, target, mask)),
+                "lpips": self.lpips(pred, target) if self.lpips is not None else None,
+            }
         return {
             "psnr": psnr(pred, target),
             "ssim": float(ssim_nhwc(pred.clamp(0, 1), target)),
             "lpips": self.lpips(pred, target) if self.lpips is not None else None,
         }
+
+
+def mean_metrics(per_view: List[Dict[str, Any]]) -> Dict[str, Optional[float]]:
+    """Mean psnr / ssim / lpips over views (None where a metric is unavailable)."""
+    out: Dict[str, Optional[float]] = {}
+    for key in ("psnr", "ssim", "lpips"):
+        values = [v[key] for v in per_view if v.get(key) is not None]
+        out[key] = sum(values) / len(values) if values else None
+    return out

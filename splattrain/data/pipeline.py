@@ -6,27 +6,11 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 import torch
-from PIL import Image
 from torch import Tensor
 
 from ..cameras import Camera
+from .prefetch import Prefetcher
 from .types import Frame, SceneData
-
-
-def resize_frame(frame: Frame, downscale: float) -> Frame:
-    """``frame`` with its image shrunk by ``downscale`` and intrinsics scaled to match."""
-    if downscale == 1.0:
-        return frame
-    height, width = frame.image.shape[:2]
-    new_w = max(1, int(round(width / downscale)))
-    new_h = max(1, int(round(height / downscale)))
-    image = np.asarray(Image.fromarray(frame.image).resize((new_w, new_h), Image.Resampling.BOX))
-    camera = frame.camera
-    K = camera.K.clone()
-    K[0] *= new_w / width
-    K[1] *= new_h / height
-    camera = Camera(viewmat=camera.viewmat, K=K, width=new_w, height=new_h, name=camera.name)
-    return Frame(image=image, camera=camera, name=frame.name)
 
 
 def focus_point(cameras: List[Camera]) -> Tensor:
@@ -64,23 +48,44 @@ def _to_float(image: Tensor, background: Tensor) -> tuple[Tensor, Optional[Tenso
 class DataPipeline:
     """Serves shuffled training views (one epoch permutation at a time) and the test views.
 
-    Images stay uint8 on the CPU and are converted per batch. The view order comes from
-    its own seeded generator, saved in checkpoints so a resumed run sees the same views.
+    Images stay uint8 on the CPU (the scene's arrays, not copies) and are converted per
+    batch. With ``prefetch`` the next training batch is prepared on a background thread
+    while the current step runs. The view order (and, with ``random_background``, the
+    background colour of each step) comes from the pipeline's own seeded generator,
+    drawn on the caller's thread, so batches do not depend on prefetching and the
+    state saved in checkpoints resumes the exact sequence.
+
+    Batches: ``image`` float [C,H,W,3] (RGBA composited over ``background``), ``alpha``
+    [C,H,W,1] for RGBA data, ``mask`` bool [C,H,W,1] when the views have masks,
+    ``background`` [3] (the colour used), ``camera`` (list), ``image_id`` [C]. A training batch
+    holds ``views`` views (C), drawn in turn from the epoch order, over one background.
+    ``world_transform`` (float64 [4,4]) maps the dataset's world frame to the cameras' frame.
     """
 
     def __init__(
-        self, scene: SceneData, background: Tensor, device: torch.device, seed: int = 0, downscale: float = 1.0
+        self,
+        scene: SceneData,
+        background: Tensor,
+        device: torch.device,
+        seed: int = 0,
+        random_background: bool = False,
+        prefetch: bool = True,
+        views: int = 1,
     ) -> None:
         self.scene = scene
-        self.train_frames = [resize_frame(f, downscale) for f in scene.train]
-        self.test_frames = [resize_frame(f, downscale) for f in scene.test]
+        self.views = views
+        self.train_frames = scene.train
+        self.test_frames = scene.test
         self.device = device
         self.background = background.to(device)
-        self._train_images = [torch.from_numpy(np.array(f.image)) for f in self.train_frames]
-        self._test_images = [torch.from_numpy(np.array(f.image)) for f in self.test_frames]
+        self.random_background = random_background
+        self.world_transform = torch.as_tensor(scene.extra.get("world_transform", np.eye(4)), dtype=torch.float64)
         self._generator = torch.Generator().manual_seed(seed)
         self._order: List[int] = []
         self._position = 0
+        self._prefetcher: Optional[Prefetcher[Dict[str, Any]]] = Prefetcher() if prefetch else None
+        self._saved = self._view_state()
+        self._convert_in_worker = device.type == "cpu"
 
     @property
     def train_cameras(self) -> List[Camera]:
@@ -94,31 +99,79 @@ class DataPipeline:
         self._position += 1
         return index
 
-    def _batch(self, frames: List[Frame], images: List[Tensor], indices: List[int]) -> Dict[str, Any]:
-        image = torch.stack([images[i] for i in indices]).to(self.device)
-        rgb, alpha = _to_float(image, self.background)
+    def _draw(self) -> tuple[List[int], Tensor]:
+        """The next training views and their background colour (on the caller's thread)."""
+        indices = [self._next_index() for _ in range(self.views)]
+        if self.random_background:
+            return indices, torch.rand(3, generator=self._generator)
+        return indices, self.background
+
+    def _gather(self, frames: List[Frame], indices: List[int], background: Tensor) -> Dict[str, Any]:
+        """A batch of uint8 host tensors (pinned for CUDA), converted too when the device is the CPU."""
+        image = torch.from_numpy(np.stack([frames[i].image for i in indices]))
+        masks = [frames[i].mask for i in indices]
         batch: Dict[str, Any] = {
-            "image": rgb,
-            "camera": [frames[i].camera.to(self.device) for i in indices],
+            "image": image.pin_memory() if self.device.type == "cuda" else image,
+            "camera": [frames[i].camera for i in indices],
             "image_id": torch.tensor(indices, dtype=torch.long),
+            "background": background,
+        }
+        if any(m is not None for m in masks):
+            full = np.ones(image.shape[1:3], dtype=bool)
+            batch["mask"] = torch.from_numpy(np.stack([full if m is None else m for m in masks]))[..., None]
+        return self._convert(batch) if self._convert_in_worker else batch
+
+    def _convert(self, batch: Dict[str, Any]) -> Dict[str, Any]:
+        """Move a gathered batch to the device and turn its image into composited floats."""
+        background = batch["background"].to(self.device)
+        rgb, alpha = _to_float(batch["image"].to(self.device, non_blocking=True), background)
+        out: Dict[str, Any] = {
+            "image": rgb,
+            "camera": [camera.to(self.device) for camera in batch["camera"]],
+            "image_id": batch["image_id"],
+            "background": background,
         }
         if alpha is not None:
-            batch["alpha"] = alpha
-        return batch
+            out["alpha"] = alpha
+        if "mask" in batch:
+            out["mask"] = batch["mask"].to(self.device, non_blocking=True)
+        return out
 
     def next_train(self, step: int) -> Dict[str, Any]:
-        """The batch for training step ``step``: image [1,H,W,3], alpha?, camera [list], image_id."""
-        return self._batch(self.train_frames, self._train_images, [self._next_index()])
+        """The batch for training step ``step`` (see the class docstring for its keys)."""
+        if self._prefetcher is None:
+            batch = self._gather(self.train_frames, *self._draw())
+        else:
+            if not self._prefetcher.pending:
+                self._prefetcher.submit(self._gather, self.train_frames, *self._draw())
+            batch = self._prefetcher.take()
+            self._saved = self._view_state()
+            self._prefetcher.submit(self._gather, self.train_frames, *self._draw())
+        return batch if self._convert_in_worker else self._convert(batch)
 
     def test_batches(self) -> Iterator[Dict[str, Any]]:
-        """One batch per test view, in order."""
+        """One batch per test view, in order, over the fixed ``background``."""
         for index in range(len(self.test_frames)):
-            yield self._batch(self.test_frames, self._test_images, [index])
+            batch = self._gather(self.test_frames, [index], self.background)
+            yield batch if self._convert_in_worker else self._convert(batch)
 
-    def state_dict(self) -> Dict[str, Any]:
+    def _view_state(self) -> Dict[str, Any]:
         return {"generator": self._generator.get_state(), "order": list(self._order), "position": self._position}
 
+    def state_dict(self) -> Dict[str, Any]:
+        """The view-order state after the last batch served (a prefetched batch is not counted)."""
+        state = self._saved if self._prefetcher is not None and self._prefetcher.pending else self._view_state()
+        return {**state, "world_transform": self.world_transform.clone()}
+
     def load_state_dict(self, state: Dict[str, Any]) -> None:
+        if self._prefetcher is not None:
+            self._prefetcher.discard()
         self._generator.set_state(state["generator"])
         self._order = list(state["order"])
         self._position = int(state["position"])
+        self._saved = self._view_state()
+
+    def close(self) -> None:
+        """Stop the prefetch thread."""
+        if self._prefetcher is not None:
+            self._prefetcher.close()

@@ -18,16 +18,23 @@ class Frame:
         image: uint8 [H, W, 3] (RGB) or [H, W, 4] (RGBA, composited later over the background).
         camera: the camera that took it (CPU tensors); its size matches ``image``.
         name: a stable name for the view (file stem), used for logs and image files.
+        mask: optional bool [H, W]; False marks pixels that count in neither loss nor metrics.
     """
 
     image: np.ndarray
     camera: Camera
     name: str
+    mask: Optional[np.ndarray] = None
 
 
 @dataclass
 class SceneData:
-    """A loaded scene: train and test frames, plus an optional sparse point cloud."""
+    """A loaded scene: train and test frames, plus an optional sparse point cloud.
+
+    ``extra`` holds ``notes`` (list[str], shown to the user by the trainer) and, once
+    :func:`splattrain.data.loading.load_scene` has run, ``world_transform``: float64 [4,4],
+    the similarity mapping the files' world frame to the frame of these cameras and points.
+    """
 
     train: list[Frame]
     test: list[Frame]

@@ -1,0 +1,94 @@
+"""Image and mask files decoded to uint8 / bool arrays, resized, and read on several threads."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, Sequence, TypeVar
+
+import numpy as np
+from PIL import Image
+
+from ..errors import DataError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_IF_MISSING = {
+    "image": "restore the file or fix the path that refers to it",
+    "mask": "add it, or set data.masks=none to train without masks",
+}
+
+
+@contextmanager
+def _opened(path: Path, what: str, kind: str = "image") -> Iterator[Image.Image]:
+    """``Image.open(path)``, with a missing or undecodable file turned into a DataError.
+
+    ``what`` (e.g. "image 'a.jpg' (id 3) in .../images.bin") is added to the message.
+    """
+    context = f" ({what})" if what else ""
+    if not path.is_file():
+        raise DataError(f"{path}: {kind} not found{context}; {_IF_MISSING[kind]}")
+    try:
+        with Image.open(path) as image:
+            yield image
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
+        raise DataError(f"{path}: cannot read {kind} ({err}){context}; replace or re-export the file") from err
+
+
+def read_image(path: Path, what: str = "") -> np.ndarray:
+    """Decode ``path`` fully into uint8 RGB or RGBA [H, W, C] (read-only, no extra copy)."""
+    with _opened(path, what) as image:
+        image.load()
+        if image.mode not in ("RGB", "RGBA"):
+            has_alpha = "A" in image.mode or "transparency" in image.info
+            image = image.convert("RGBA" if has_alpha else "RGB")
+        return np.asarray(image)
+
+
+def image_size(path: Path, what: str = "") -> tuple[int, int]:
+    """(width, height) of an image file from its header, without decoding it."""
+    with _opened(path, what) as image:
+        return image.size
+
+
+def read_mask(path: Path, what: str = "") -> np.ndarray:
+    """A mask file as bool [H, W]: True (non-zero) where pixels count, False where they are ignored."""
+    with _opened(path, what, kind="mask") as image:
+        return np.asarray(image.convert("L")) > 0
+
+
+def scaled_size(width: int, height: int, downscale: float) -> tuple[int, int]:
+    """The (width, height) of an image shrunk by ``downscale`` (rounded, at least 1)."""
+    return max(1, int(round(width / downscale))), max(1, int(round(height / downscale)))
+
+
+def resize_image(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """``image`` resized to ``size`` (width, height) with an area (box) filter; alpha is premultiplied."""
+    return np.asarray(Image.fromarray(image).resize(size, Image.Resampling.BOX))
+
+
+def resize_mask(mask: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Bool ``mask`` resized to ``size`` (width, height), nearest neighbour."""
+    return np.asarray(Image.fromarray(mask).resize(size, Image.Resampling.NEAREST))
+
+
+def worker_count(num_workers: int) -> int:
+    """Decoding threads: ``num_workers``, or one per CPU core (at most 8) when it is 0."""
+    return num_workers if num_workers > 0 else min(8, os.cpu_count() or 1)
+
+
+def parallel_map(fn: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]:
+    """``[fn(x) for x in items]`` on ``workers`` threads; the first failing item's error is raised."""
+    if workers <= 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="splattrain-decode") as pool:
+        futures = [pool.submit(fn, x) for x in items]
+        try:
+            return [f.result() for f in futures]
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise

@@ -1,0 +1,152 @@
+"""From view descriptions (file, pose, intrinsics, distortion, mask) to frames, decoded in parallel."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from ..cameras import Camera
+from ..errors import DataError
+from .distortion import Distortion, Undistorter
+from .images import parallel_map, read_image, read_mask, resize_image, resize_mask, scaled_size
+from .types import Frame
+
+
+@dataclass
+class ViewSpec:
+    """One view as a reader found it, before its image is decoded.
+
+    Attributes:
+        name: the frame's name (unique in the scene).
+        path: the image file to decode.
+        viewmat: OpenCV world-to-camera [4, 4].
+        K: intrinsics [3, 3] for an image of ``size``.
+        size: (width, height) that ``K`` refers to.
+        where: what defines the view, for messages ("image 'a.jpg' (id 3) in .../images.bin").
+        size_source: what defines ``size``, for messages ("camera 1 in .../cameras.bin").
+        shrink: the file is ``size`` shrunk by this factor (an ``images_N`` folder), else 1.
+        distortion: the lens distortion of ``K``'s camera; images are undistorted to ``K``.
+        mask_path: an optional mask file (non-zero = pixel counts).
+    """
+
+    name: str
+    path: Path
+    viewmat: np.ndarray
+    K: np.ndarray
+    size: tuple[int, int]
+    where: str
+    size_source: str
+    shrink: float = 1.0
+    distortion: Distortion = Distortion()
+    mask_path: Optional[Path] = None
+
+
+class _UndistorterCache:
+    """One :class:`Undistorter` per (intrinsics, distortion, size), shared by the decoding threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: dict[tuple, Undistorter] = {}
+
+    def get(self, K: np.ndarray, distortion: Distortion, size: tuple[int, int]) -> Undistorter:
+        key = (tuple(np.round(K.ravel(), 9)), distortion, size)
+        with self._lock:
+            if key not in self._items:
+                self._items[key] = Undistorter(K, distortion, *size)
+            return self._items[key]
+
+
+def load_views(specs: Sequence[ViewSpec], downscale: float, workers: int) -> list[Frame]:
+    """Decode every view on ``workers`` threads into frames shrunk by ``downscale`` and undistorted."""
+    cache = _UndistorterCache()
+    return parallel_map(lambda spec: _load_view(spec, downscale, cache), specs, workers)
+
+
+def _file_size_ok(actual: tuple[int, int], size: tuple[int, int], shrink: float) -> bool:
+    """Whether a file of ``actual`` size can be ``size`` shrunk by ``shrink`` (any rounding)."""
+    if shrink == 1.0:
+        return actual == size
+    return all(abs(a - s / shrink) < 1.0 for a, s in zip(actual, size))
+
+
+def _load_view(spec: ViewSpec, downscale: float, cache: _UndistorterCache) -> Frame:
+    image = read_image(spec.path, spec.where)
+    height, width = image.shape[:2]
+    if not _file_size_ok((width, height), spec.size, spec.shrink):
+        W, H = spec.size
+        if spec.shrink == 1.0:
+            raise DataError(
+                f"{spec.path}: image is {width}x{height} but {spec.size_source} is {W}x{H} ({spec.where}); "
+                "every image of one camera must have its size: resize the file or give it a camera of its own"
+            )
+        raise DataError(
+            f"{spec.path}: image is {width}x{height} but {spec.size_source} is {W}x{H}, so "
+            f"{spec.path.parent.name}/ should hold about {W / spec.shrink:.0f}x{H / spec.shrink:.0f} "
+            f"({spec.where}); regenerate {spec.path.parent.name}/ or choose another data.downscale"
+        )
+    target = (width, height) if spec.shrink != 1.0 else scaled_size(*spec.size, downscale)
+    if target != (width, height):
+        image = resize_image(image, target)
+    K = spec.K.astype(np.float64).copy()
+    K[0] *= target[0] / spec.size[0]
+    K[1] *= target[1] / spec.size[1]
+    mask = _load_mask(spec.mask_path, spec, (width, height), target) if spec.mask_path is not None else None
+    if not spec.distortion.is_identity:
+        undistorter = cache.get(K, spec.distortion, target)
+        image = undistorter.image(image)
+        mask = undistorter.mask(mask) if mask is not None else undistorter.valid
+    if mask is not None and mask.all():
+        mask = None
+    camera = Camera(
+        viewmat=torch.from_numpy(spec.viewmat.astype(np.float32)),
+        K=torch.from_numpy(K.astype(np.float32)),
+        width=target[0],
+        height=target[1],
+        name=spec.name,
+    )
+    return Frame(image=image, camera=camera, name=spec.name, mask=mask)
+
+
+def _load_mask(path: Path, spec: ViewSpec, file_size: tuple[int, int], target: tuple[int, int]) -> np.ndarray:
+    """The mask at ``path`` at ``target`` size; it must match the image file's size or ``spec.size``."""
+    mask = read_mask(path, spec.where)
+    size = (mask.shape[1], mask.shape[0])
+    if size not in (file_size, spec.size):
+        raise DataError(
+            f"{path}: mask is {size[0]}x{size[1]} but its image {spec.path.name} is "
+            f"{file_size[0]}x{file_size[1]} ({spec.where}); masks must have their image's size"
+        )
+    return resize_mask(mask, target) if size != target else mask
+
+
+def shrunk_folder(folder: Path, downscale: float) -> tuple[Path, float]:
+    """``folder``_N and N when ``downscale`` is the integer N > 1 and that folder exists, else (folder, 1)."""
+    if downscale > 1 and float(downscale).is_integer():
+        shrunk = folder.with_name(f"{folder.name}_{int(downscale)}")
+        if shrunk.is_dir():
+            return shrunk, float(downscale)
+    return folder, 1.0
+
+
+def mask_folder(root: Path, setting: str) -> Optional[Path]:
+    """The mask folder for ``data.masks``: none -> None; auto -> ``root/masks`` if present; else that folder."""
+    if setting == "none":
+        return None
+    if setting == "auto":
+        return root / "masks" if (root / "masks").is_dir() else None
+    folder = root / setting
+    if not folder.is_dir():
+        raise DataError(f"data.masks: folder '{folder}' not found; set data.masks to auto, none or a mask folder")
+    return folder
+
+
+def mask_file(folder: Path, image_name: str) -> Path:
+    """The mask of ``image_name`` in ``folder``: ``<name>.png`` (COLMAP's convention), ``<name>``, or
+    ``<name without extension>.png``, whichever exists (the first when none does)."""
+    candidates = [folder / f"{image_name}.png", folder / image_name, (folder / image_name).with_suffix(".png")]
+    return next((c for c in candidates if c.is_file()), candidates[0])
