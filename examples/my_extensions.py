@@ -1,4 +1,4 @@
-"""An example user module: one custom hook and one custom writer.
+"""An example user module: one custom hook (a custom writer is in examples/my_writer.py).
 
 Load it from a config with ``imports: [examples/my_extensions.py]`` (a path relative to
 the working directory or to the config file, or a dotted module name on sys.path).
@@ -6,11 +6,9 @@ the working directory or to the config file, or a dotted module name on sys.path
 
 from __future__ import annotations
 
-import csv
-from pathlib import Path
-from typing import Any, Dict, Mapping
+from typing import Any, Dict
 
-from splattrain import HOOKS, WRITERS, Hook, Writer
+from splattrain import HOOKS, Hook
 
 
 @HOOKS.register()
@@ -36,22 +34,3 @@ class OpacityStatsHook(Hook):
             step,
         )
 
-
-@WRITERS.register()
-class CsvScalarWriter(Writer):
-    """Appends every scalar as a 'step,tag,value' row to scalars.csv in the run directory."""
-
-    def __init__(self, run_dir: str | Path, filename: str = "scalars.csv") -> None:
-        super().__init__(run_dir)
-        self._file = open(self.run_dir / filename, "a", newline="", encoding="utf-8")
-        self._csv = csv.writer(self._file)
-
-    def write_scalars(self, scalars: Mapping[str, float], step: int) -> None:
-        for tag, value in scalars.items():
-            self._csv.writerow([step, tag, float(value)])
-
-    def flush(self) -> None:
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()

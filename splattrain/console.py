@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import IO, Any, Dict, Mapping, Optional, Set
+from typing import IO, Any, Dict, List, Mapping, Optional, Set
 
 from rich.console import Console as RichConsole
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -65,22 +66,71 @@ class Console:
         self.print(message, terminal=self.verbose)
 
     def warning(self, message: str, once: Optional[str] = None) -> None:
-        """A warning; with ``once`` set, only the first warning with that key is shown."""
+        """A warning, shown even when quiet; with ``once`` set, only the first with that key.
+
+        ``message`` is plain text (brackets in it are not rich markup).
+        """
         if once is not None:
             if once in self._warned:
                 return
             self._warned.add(once)
-        self.terminal.print(f"[yellow]warning:[/yellow] {message}")
-        self.log(f"warning: {message}")
+        self.terminal.print(f"[yellow]warning:[/yellow] {escape(message)}")
+        self.log(f"warning: {escape(message)}")
 
-    def table(self, title: str, columns: list[str], rows: list[list[str]]) -> None:
-        """A simple table."""
+    def table(self, title: str, columns: List[str], rows: List[List[str]], terminal: bool = True) -> None:
+        """A simple table (on the terminal only when ``terminal``; always logged)."""
         table = Table(title=title, title_justify="left")
         for column in columns:
             table.add_column(column)
         for row in rows:
             table.add_row(*row)
-        self.print(table)
+        self.print(table, terminal=terminal)
+
+
+#: Metric name -> (column label, format, True when higher is better).
+METRICS = {"psnr": ("PSNR", ".2f", True), "ssim": ("SSIM", ".4f", True), "lpips": ("LPIPS", ".4f", False)}
+
+
+def validation_table(
+    step: int,
+    per_view: List[Mapping[str, Any]],
+    mean: Mapping[str, Any],
+    previous: Optional[Mapping[str, Any]] = None,
+    max_views: int = 10,
+) -> Table:
+    """The validation report: PSNR / SSIM / LPIPS per view (worst PSNR first, at most
+    ``max_views`` rows), their mean, and its change since ``previous`` (green: better)."""
+    names = [name for name in METRICS if mean.get(name) is not None]
+    shown = sorted(per_view, key=lambda view: view["psnr"])[: max(0, max_views)]
+    detail = f"worst {len(shown)} of {len(per_view)} views" if len(shown) < len(per_view) else "worst view first"
+    title = f"validation at step {step} ({detail})"
+    table = Table(title=title, title_justify="left", min_width=len(title))
+    table.add_column("view")
+    for name in names:
+        table.add_column(METRICS[name][0], justify="right")
+    for view in shown:
+        table.add_row(escape(str(view["view"])), *(_metric(view.get(name), name) for name in names))
+    if shown:
+        table.add_section()
+    table.add_row("[bold]mean[/bold]", *(f"[bold]{_metric(mean[name], name)}[/bold]" for name in names))
+    if previous:
+        table.add_row("change", *(_change(mean[name], previous.get(name), name) for name in names))
+    return table
+
+
+def _metric(value: Optional[float], name: str) -> str:
+    return "-" if value is None else format(value, METRICS[name][1])
+
+
+def _change(value: float, before: Optional[float], name: str) -> str:
+    if before is None:
+        return "-"
+    delta = value - before
+    text = format(delta, "+" + METRICS[name][1])
+    if delta == 0:
+        return text
+    better = (delta > 0) == METRICS[name][2]
+    return f"[green]{text}[/green]" if better else f"[red]{text}[/red]"
 
 
 def format_fields(fields: Mapping[str, Any]) -> str:

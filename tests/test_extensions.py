@@ -19,7 +19,8 @@ def test_example_extensions_config_runs(tmp_path, monkeypatch):
          "model.init.num_points=300", "model.sh_degree=1", "metrics.lpips=false"],
     )
     trainer = DefaultTrainer(cfg, console=Console(quiet=True), config_dir=REPO / "configs")
-    assert [type(h).__name__ for h in trainer.hooks.hooks] == ["LogHook", "OpacityStatsHook", "CheckPointHook"]
+    assert [type(h).__name__ for h in trainer.hooks.hooks] == [
+        "LogHook", "OpacityStatsHook", "CheckPointHook", "IterTimerHook", "AutoCheckpointHook"]
     trainer.train()
     with open(tmp_path / "run" / "scalars.csv", newline="") as handle:
         rows = list(csv.reader(handle))

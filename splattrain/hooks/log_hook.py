@@ -1,79 +1,140 @@
-"""LogHook: EMA loss, Gaussian count, LR and validation metrics to the console and writers."""
+"""LogHook: progress and validation report on the console; scalars, grids and histograms to writers."""
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any, Dict, Optional
 
-import numpy as np
 import torch
 
-from ..console import ProgressLogger
+from ..console import ProgressLogger, validation_table
 from ..registry import HOOKS
+from ..writers.grids import validation_grid
 from .base import Hook, Priority
 
 
-def side_by_side(render: torch.Tensor, target: torch.Tensor) -> np.ndarray:
-    """[H, 2W, 3] uint8 image: render | ground truth."""
-    grid = torch.cat([render.clamp(0, 1), target], dim=1)
-    return (grid.detach().cpu().numpy() * 255.0 + 0.5).astype(np.uint8)
+def process_rss_bytes() -> Optional[int]:
+    """Resident memory of this process, read from /proc (None where there is no /proc)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def memory_scalars(device: torch.device) -> Dict[str, float]:
+    """memory/rss_mb and, on CUDA, memory/cuda_max_allocated_mb."""
+    scalars: Dict[str, float] = {}
+    rss = process_rss_bytes()
+    if rss is not None:
+        scalars["memory/rss_mb"] = rss / 2**20
+    if device.type == "cuda":
+        scalars["memory/cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return scalars
 
 
 @HOOKS.register()
 class LogHook(Hook):
-    """Shows progress (EMA loss, Gaussians, position LR, last PSNR) and logs scalars and images.
+    """Progress bar or lines, validation report; scalars, image grids and histograms to the writers.
+
+    Every ``interval`` steps (the log interval, config ``default_hooks.logger.interval``)
+    it writes train/* losses, train/ema_loss, train/num_gaussians, train/sh_degree,
+    lr/<group> for every optimizer, time/step_ms, memory/* and whatever other hooks put in
+    ``trainer.runtime_info``, and prints a plain progress line when the terminal is not
+    interactive. At each validation it writes
+    val/psnr, val/ssim, val/lpips, a grid image per view for the first ``num_val_images``
+    views (render | ground truth | error heat map | depth), histograms of opacities and
+    log-scales, and prints the validation table.
 
     Args:
-        interval: write scalars and print a plain progress line every N steps.
-        ema: weight of the previous EMA value (EMA = ema * old + (1 - ema) * new).
-        num_val_images: how many test views per validation go to the writers as images.
+        interval: log every N steps.
+        ema: weight of the previous EMA loss (EMA = ema * old + (1 - ema) * new).
+        num_val_images: how many test views per validation go to the writers as grids.
+        report_views: how many views (worst first) the validation table lists.
+        error_scale: mean absolute error drawn white in the error heat map.
     """
 
     priority = Priority.BELOW_NORMAL
 
-    def __init__(self, interval: int = 50, ema: float = 0.6, num_val_images: int = 4) -> None:
+    def __init__(
+        self,
+        interval: int = 50,
+        ema: float = 0.6,
+        num_val_images: int = 4,
+        report_views: int = 10,
+        error_scale: float = 0.2,
+    ) -> None:
         super().__init__()
         self.interval = interval
         self.ema = ema
         self.num_val_images = num_val_images
+        self.report_views = report_views
+        self.error_scale = error_scale
         self.ema_loss: Optional[float] = None
+        self.previous_val: Dict[str, float] = {}
         self._progress: Optional[ProgressLogger] = None
+        self._step_started = 0.0
+        self._timed_seconds = 0.0
+        self._timed_steps = 0
 
     def before_train(self, trainer) -> None:
         self._progress = ProgressLogger(trainer.console, trainer.max_steps, start=trainer.step, interval=self.interval)
         self._progress.__enter__()
 
+    def before_train_iter(self, trainer, step: int, batch: Dict[str, Any]) -> None:
+        self._step_started = time.perf_counter()
+
     def after_train_iter(self, trainer, step: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
+        self._timed_seconds += time.perf_counter() - self._step_started
+        self._timed_steps += 1
         loss = outputs["losses"]["loss"].item()
         self.ema_loss = loss if self.ema_loss is None else self.ema * self.ema_loss + (1.0 - self.ema) * loss
-        lr = trainer.optimizers["means"].param_groups[0]["lr"]
-        fields: Dict[str, Any] = {"loss": self.ema_loss, "gaussians": trainer.model.num_gaussians, "lr": lr}
+        lrs = {name: optimizer.param_groups[0]["lr"] for name, optimizer in trainer.optimizers.items()}
+        fields: Dict[str, Any] = {"loss": self.ema_loss, "gaussians": trainer.model.num_gaussians, "lr": lrs["means"]}
         if trainer.last_metrics.get("psnr") is not None:
             fields["psnr"] = trainer.last_metrics["psnr"]
         if self._progress is not None:
             self._progress.update(step, fields)
         if self.every_n_steps(trainer, self.interval) or self.is_last_step(trainer):
             scalars = {f"train/{k}": v.item() for k, v in outputs["losses"].items()}
-            scalars.update(
-                {
-                    "train/ema_loss": self.ema_loss,
-                    "train/num_gaussians": trainer.model.num_gaussians,
-                    "train/lr_means": lr,
-                    "train/sh_degree": outputs["sh_degree"],
-                }
-            )
+            scalars["train/ema_loss"] = self.ema_loss
+            scalars["train/num_gaussians"] = trainer.model.num_gaussians
+            scalars["train/sh_degree"] = outputs["sh_degree"]
+            scalars.update({f"lr/{name}": lr for name, lr in lrs.items()})
+            scalars["time/step_ms"] = 1000.0 * self._timed_seconds / max(1, self._timed_steps)
+            scalars.update(memory_scalars(trainer.device))
+            runtime_info = getattr(trainer, "runtime_info", {})  # what timing hooks measured
+            scalars.update({k: v for k, v in runtime_info.items() if isinstance(v, (int, float))})
+            self._timed_seconds, self._timed_steps = 0.0, 0
             trainer.writers.write_scalars(scalars, step)
 
     def after_val_iter(self, trainer, index: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
-        if index < self.num_val_images:
-            image = side_by_side(outputs["render"].rgb[0], batch["image"][0])
-            trainer.writers.write_image(f"val/{batch['camera'][0].name}", image, trainer.step)
+        if index >= self.num_val_images or not len(trainer.writers):
+            return
+        render = outputs["render"]
+        depth = render.depth[0].detach().cpu().numpy() if render.depth is not None else None
+        grid = validation_grid(
+            render.rgb[0].detach().cpu().numpy(),
+            batch["image"][0].detach().cpu().numpy(),
+            depth,
+            render.alpha[0].detach().cpu().numpy(),
+            self.error_scale,
+        )
+        trainer.writers.write_image(f"val/{batch['camera'][0].name}", grid, trainer.step)
 
     def after_val(self, trainer, metrics: Dict[str, Any]) -> None:
-        scalars = {f"val/{k}": v for k, v in metrics.items() if k != "step" and v is not None}
-        trainer.writers.write_scalars(scalars, trainer.step)
+        mean = {k: v for k, v in metrics.items() if k != "step" and v is not None}
+        trainer.writers.write_scalars({f"val/{k}": v for k, v in mean.items()}, trainer.step)
+        if len(trainer.writers):
+            histograms = {"gaussians/opacity": trainer.model.opacities, "gaussians/log_scale": trainer.model.params["scales"]}
+            for tag, values in histograms.items():
+                trainer.writers.write_histogram(tag, values.detach().flatten().cpu().numpy(), trainer.step)
         trainer.writers.flush()
-        shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k != "step" and v is not None)
-        trainer.console.print(f"validation at step {trainer.step}: {shown}")
+        trainer.console.print(
+            validation_table(trainer.step, trainer.val_per_view, mean, self.previous_val, self.report_views)
+        )
+        self.previous_val = mean
 
     def after_train(self, trainer) -> None:
         self._close()
@@ -87,7 +148,13 @@ class LogHook(Hook):
             self._progress = None
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"ema_loss": self.ema_loss} if self.ema_loss is not None else {}
+        state: Dict[str, Any] = {}
+        if self.ema_loss is not None:
+            state["ema_loss"] = self.ema_loss
+        if self.previous_val:
+            state["previous_val"] = dict(self.previous_val)
+        return state
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.ema_loss = state.get("ema_loss")
+        self.previous_val = dict(state.get("previous_val", {}))

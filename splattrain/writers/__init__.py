@@ -1,6 +1,7 @@
-"""Writers: where logged scalars, images and configs go."""
+"""Writers: where logged scalars, images, histograms and configs go."""
 
-from . import image, jsonl, tensorboard  # noqa: F401  (register the built-in writers)
-from .base import Writer, WriterGroup
+# Importing the modules registers the built-in writers (optional packages are imported lazily).
+from . import csv_writer, image, jsonl, mlflow_writer, tensorboard, wandb_writer  # noqa: F401
+from .base import Writer, WriterGroup, check_writer_spec
 
-__all__ = ["Writer", "WriterGroup"]
+__all__ = ["Writer", "WriterGroup", "check_writer_spec"]

@@ -1,22 +1,51 @@
-"""Writer base class and the group that fans out to several writers safely."""
+"""Writer base class, the group that fans out to several writers safely, and spec checks."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import inspect
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
+
+from ..errors import ConfigError
+from ..registry import WRITERS
 
 
 class Writer:
     """Sends scalars, images and the config somewhere (files, TensorBoard, a tracker).
 
-    Subclasses get the run directory as ``run_dir`` and override what they support.
-    Images are float32 or uint8 arrays of shape [H, W, 3].
+    Subclasses get the run directory as ``run_dir`` plus the options of their config
+    entry, and override what they support. Images are float32 in [0, 1] or uint8 arrays
+    of shape [H, W, 3]. A writer whose package is optional names it in ``requires`` as
+    ``(module, extra)`` and imports it with :meth:`load_requirement`.
     """
+
+    #: ``(module, extra)``: an optional package this writer needs and the extra that installs it.
+    requires: Optional[Tuple[str, str]] = None
 
     def __init__(self, run_dir: str | Path) -> None:
         self.run_dir = Path(run_dir)
+
+    @classmethod
+    def load_requirement(cls) -> Any:
+        """Import the module in ``requires`` (None when there is none).
+
+        Raises a one-line ConfigError naming the extra to install when it is missing.
+        """
+        if cls.requires is None:
+            return None
+        module, extra = cls.requires
+        try:
+            return importlib.import_module(module)
+        except ImportError as err:
+            detail = (str(err).splitlines() or [type(err).__name__])[0]
+            raise ConfigError(
+                f"writer {cls.__name__} needs the '{module}' package ({detail}); "
+                f"install it with: pip install 'splattrain[{extra}]'"
+            ) from None
 
     def write_scalar(self, tag: str, value: float, step: int) -> None:
         """One scalar at ``step``."""
@@ -29,6 +58,9 @@ class Writer:
     def write_image(self, tag: str, image: np.ndarray, step: int) -> None:
         """One [H, W, 3] image at ``step``."""
 
+    def write_histogram(self, tag: str, values: np.ndarray, step: int) -> None:
+        """The distribution of ``values`` (a 1-D array) at ``step``."""
+
     def write_config(self, config: Dict[str, Any], text: str) -> None:
         """The resolved config, as a dict and as YAML text."""
 
@@ -39,12 +71,33 @@ class Writer:
         """Release files and connections."""
 
 
+def check_writer_spec(spec: Mapping[str, Any]) -> type:
+    """The writer class for ``{type, **options}``, after checking its options and package.
+
+    Builds nothing, so it writes nothing; raises ConfigError like a real build would.
+    """
+    if "type" not in spec:
+        raise ConfigError(f"writer spec {dict(spec)!r} has no 'type' key")
+    cls = WRITERS.get(str(spec["type"]))
+    options = {k: v for k, v in spec.items() if k != "type"}
+    try:
+        inspect.signature(cls).bind(run_dir=".", **options)
+    except TypeError as err:
+        raise ConfigError(f"writer {spec['type']!r}: {err}") from None
+    if isinstance(cls, type) and issubclass(cls, Writer):
+        cls.load_requirement()
+    return cls
+
+
 class WriterGroup:
     """Fans calls out to writers; a writer that raises is reported once and disabled."""
 
-    def __init__(self, writers: List[Writer], warn: Optional[Any] = None) -> None:
+    def __init__(self, writers: List[Writer], warn: Optional[Callable[[str], None]] = None) -> None:
         self.writers = list(writers)
         self._warn = warn
+
+    def __len__(self) -> int:
+        return len(self.writers)
 
     def _call(self, method: str, *args: Any) -> None:
         for writer in list(self.writers):
@@ -57,12 +110,18 @@ class WriterGroup:
                         f"writer {type(writer).__name__} failed in {method} "
                         f"({type(err).__name__}: {err}); it is disabled for the rest of the run"
                     )
+                if method != "close":
+                    with contextlib.suppress(Exception):  # best effort: it already failed once
+                        writer.close()
 
     def write_scalars(self, scalars: Mapping[str, float], step: int) -> None:
         self._call("write_scalars", scalars, step)
 
     def write_image(self, tag: str, image: np.ndarray, step: int) -> None:
         self._call("write_image", tag, image, step)
+
+    def write_histogram(self, tag: str, values: np.ndarray, step: int) -> None:
+        self._call("write_histogram", tag, values, step)
 
     def write_config(self, config: Dict[str, Any], text: str) -> None:
         self._call("write_config", config, text)

@@ -14,7 +14,7 @@ from .base import Writer
 
 @WRITERS.register("image", aliases=("ImageWriter",))
 class ImageWriter(Writer):
-    """Images as PNGs: tag 'val/r_3' at step 500 -> images/val/step_000500/r_3.png."""
+    """Images (the validation grids) as PNGs: tag 'val/r_3' at step 500 -> images/val/step_000500/r_3.png."""
 
     def __init__(self, run_dir: str | Path, subdir: str = "images") -> None:
         super().__init__(run_dir)

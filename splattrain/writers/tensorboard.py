@@ -13,7 +13,7 @@ from .base import Writer
 
 @WRITERS.register("tensorboard", aliases=("TensorboardWriter",))
 class TensorboardWriter(Writer):
-    """Scalars, validation images and the config text as TensorBoard events (run_dir/tb)."""
+    """Scalars, validation image grids, histograms and the config text as TensorBoard events (tb/)."""
 
     def __init__(self, run_dir: str | Path, subdir: str = "tb") -> None:
         super().__init__(run_dir)
@@ -26,6 +26,9 @@ class TensorboardWriter(Writer):
 
     def write_image(self, tag: str, image: np.ndarray, step: int) -> None:
         self._writer.add_image(tag, image, step, dataformats="HWC")
+
+    def write_histogram(self, tag: str, values: np.ndarray, step: int) -> None:
+        self._writer.add_histogram(tag, values, step)
 
     def write_config(self, config: Dict[str, Any], text: str) -> None:
         self._writer.add_text("config", "```yaml\n" + text + "\n```", 0)
