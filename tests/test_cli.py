@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -81,3 +82,27 @@ def test_user_module_registers_hook_via_imports_and_dry_run_writes_nothing(tmp_p
 def test_list(what, name):
     result = run_cli("list", what)
     assert result.returncode == 0 and name in result.stdout
+
+
+@pytest.mark.parametrize("command", ["eval", "render", "export"])
+def test_commands_on_missing_target_exit_2(tmp_path, command):
+    result = run_cli(command, str(tmp_path / "missing_run"))
+    assert_one_line_error(result, "missing_run")
+
+
+def test_resume_from_corrupted_checkpoint_names_it(tmp_path):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(tiny_config_text(tmp_path))
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint at all")
+    assert_one_line_error(run_cli("fit", "--config", str(cfg), "--resume", str(bad)), "bad.pt", "corrupted")
+
+
+def test_resume_then_override_trains_longer(tmp_path):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(tiny_config_text(tmp_path, steps=4))
+    assert run_cli("fit", "--config", str(cfg), "--quiet").returncode == 0
+    result = run_cli("fit", "--config", str(cfg), "--quiet", "--resume", "trainer.max_steps=6")
+    assert result.returncode == 0, result.stderr
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["steps"] == 6

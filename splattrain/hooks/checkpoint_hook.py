@@ -1,43 +1,127 @@
-"""CheckPointHook: resumable checkpoints and standard 3DGS PLY files."""
+"""CheckPointHook: resumable checkpoints, the best one, and standard 3DGS PLY files."""
 
 from __future__ import annotations
 
-from typing import Any, Dict
+import math
+from pathlib import Path
+from typing import Any, Dict, Optional
 
+from ..checkpoint import save_checkpoint_file, step_checkpoints
+from ..errors import ConfigError
 from ..io.ply import write_ply
 from ..registry import HOOKS
 from .base import Hook, Priority
 
+_GREATER_IS_BETTER = {"psnr": True, "ssim": True, "lpips": False, "loss": False}
+
 
 @HOOKS.register()
 class CheckPointHook(Hook):
-    """Saves ckpt/step_XXXXXX.pt (and ckpt/last.pt) plus ply/step_XXXXXX.ply.
+    """Saves ckpt/step_XXXXXX.pt (+ last.pt, best.pt) and ply/step_XXXXXX.ply.
 
     Args:
-        interval: save every N steps (0: only at the end).
-        save_ply: also write the scene as a PLY each time.
+        interval: save a checkpoint every N steps (0: never periodically).
+        save_begin: no periodic checkpoint before this step.
+        max_keep: keep at most this many step checkpoints, removing the oldest (<= 0: keep all).
         save_last: always save at the last step.
+        save_best: None, 'auto' (psnr) or a validation metric name; keeps ckpt/best.pt.
+        rule: 'greater' or 'less' for save_best (inferred for psnr, ssim, lpips, loss).
+        ply_interval: write ply/step_XXXXXX.ply every N steps (None: with each checkpoint;
+            0: only at the last step).
+        publish: at the end, also write ckpt/published.pt (Gaussians and config, no optimizer
+            state) and scene.ply in the run directory.
+        out_dir: folder for checkpoints (default: <run_dir>/ckpt).
     """
 
     priority = Priority.VERY_LOW
 
-    def __init__(self, interval: int = 1000, save_ply: bool = True, save_last: bool = True) -> None:
+    def __init__(
+        self,
+        interval: int = 1000,
+        save_begin: int = 0,
+        max_keep: int = -1,
+        save_last: bool = True,
+        save_best: Optional[str] = None,
+        rule: Optional[str] = None,
+        ply_interval: Optional[int] = None,
+        publish: bool = False,
+        out_dir: Optional[str] = None,
+    ) -> None:
         super().__init__()
         self.interval = interval
-        self.save_ply = save_ply
+        self.save_begin = save_begin
+        self.max_keep = max_keep
         self.save_last = save_last
+        self.metric = "psnr" if save_best == "auto" else save_best
+        self.greater = self._infer_rule(self.metric, rule)
+        self.ply_interval = ply_interval
+        self.publish = publish
+        self.out_dir = out_dir
+        self.best_value: Optional[float] = None
+        self.best_step: Optional[int] = None
+
+    @staticmethod
+    def _infer_rule(metric: Optional[str], rule: Optional[str]) -> bool:
+        if rule is not None:
+            if rule not in ("greater", "less"):
+                raise ConfigError(f"CheckPointHook rule {rule!r}: use 'greater' or 'less'")
+            return rule == "greater"
+        if metric is None:
+            return True
+        if metric not in _GREATER_IS_BETTER:
+            raise ConfigError(f"CheckPointHook save_best {metric!r}: give rule: greater|less for this metric")
+        return _GREATER_IS_BETTER[metric]
+
+    def before_run(self, trainer) -> None:
+        if self.out_dir is not None:
+            trainer.checkpoint_dir = Path(self.out_dir)
 
     def after_train_iter(self, trainer, step: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
-        if self.every_n_steps(trainer, self.interval) or (self.save_last and self.is_last_step(trainer)):
+        last = self.save_last and self.is_last_step(trainer)
+        saved = (step >= self.save_begin and self.every_n_steps(trainer, self.interval)) or last
+        if saved:
             self.save(trainer)
+        ply_due = saved if self.ply_interval is None else (self.every_n_steps(trainer, self.ply_interval) or last)
+        if ply_due:
+            write_ply(trainer.run_dir / "ply" / f"step_{step:06d}.ply", trainer.model.params)
 
-    def save(self, trainer) -> None:
-        """Write the checkpoint (and PLY) for the current step."""
-        stem = f"step_{trainer.step:06d}"
-        path = trainer.save_checkpoint(trainer.run_dir / "ckpt" / f"{stem}.pt")
-        message = f"saved checkpoint {path}"
-        if self.save_ply:
-            ply = trainer.run_dir / "ply" / f"{stem}.ply"
-            write_ply(ply, trainer.model.params)
-            message += f" and {ply}"
-        trainer.console.debug(message)
+    def after_val(self, trainer, metrics: Dict[str, Any]) -> None:
+        if self.metric is None:
+            return
+        value = metrics.get(self.metric)
+        if value is None or not math.isfinite(value):
+            trainer.console.warning(f"save_best: no '{self.metric}' in the validation metrics", once="save_best")
+            return
+        if self.best_value is None or (value > self.best_value if self.greater else value < self.best_value):
+            self.best_value, self.best_step = float(value), trainer.step
+            best = trainer.save_checkpoint(trainer.checkpoint_dir / "best.pt", link_last=False)
+            trainer.console.info(f"new best {self.metric} {value:.4f} at step {trainer.step} -> {best}")
+
+    def after_train(self, trainer) -> None:
+        if self.publish:
+            state = {key: value for key, value in trainer.checkpoint_state().items() if key in _PUBLISHED_KEYS}
+            save_checkpoint_file(state, trainer.checkpoint_dir / "published.pt")
+            write_ply(trainer.run_dir / "scene.ply", trainer.model.params)
+            trainer.console.info(f"published {trainer.checkpoint_dir / 'published.pt'} and {trainer.run_dir / 'scene.ply'}")
+
+    def save(self, trainer) -> Path:
+        """Write the checkpoint for the current step and drop the oldest beyond ``max_keep``."""
+        path = trainer.save_checkpoint(trainer.checkpoint_dir / f"step_{trainer.step:06d}.pt")
+        trainer.console.debug(f"saved checkpoint {path}")
+        if self.max_keep > 0:
+            for old in step_checkpoints(trainer.checkpoint_dir)[self.max_keep :]:
+                old.unlink()
+        return path
+
+    def state_dict(self) -> Dict[str, Any]:
+        if self.best_value is None:
+            return {}
+        return {"best_value": self.best_value, "best_step": self.best_step}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.best_value = state.get("best_value")
+        self.best_step = state.get("best_step")
+
+
+#: What a published checkpoint keeps: enough to evaluate, render and export.
+_PUBLISHED_KEYS = ("version", "step", "config", "sh_degree", "gaussians", "last_metrics", "world_transform")

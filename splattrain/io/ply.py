@@ -60,3 +60,83 @@ def write_ply(path: str | Path, params: Dict[str, Tensor]) -> None:
         handle.write(vertices.tobytes())
 
     atomic_write_bytes(path, write)
+
+
+_PLY_TYPES = {
+    "char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1", "short": "i2", "int16": "i2",
+    "ushort": "u2", "uint16": "u2", "int": "i4", "int32": "i4", "uint": "u4", "uint32": "u4",
+    "float": "f4", "float32": "f4", "double": "f8", "float64": "f8",
+}
+
+
+def read_ply_vertices(path: str | Path) -> np.ndarray:
+    """The vertex element of a binary little-endian PLY as a structured array.
+
+    Raises DataError naming the file for other formats, list properties or short files.
+    """
+    from ..errors import DataError
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"PLY file '{path}' not found")
+    raw = path.read_bytes()
+    end = raw.find(b"end_header\n")
+    if not raw.startswith(b"ply\n") or end < 0:
+        raise DataError(f"{path}: not a PLY file (no 'ply' / 'end_header')")
+    lines = raw[:end].decode("ascii", errors="replace").splitlines()
+    if "format binary_little_endian 1.0" not in lines:
+        raise DataError(f"{path}: only binary_little_endian PLY files are supported")
+    fields: list[tuple[str, str]] = []
+    count, in_vertex, seen_vertex = 0, False, False
+    for line in lines:
+        parts = line.split()
+        if parts[:1] == ["element"]:
+            if seen_vertex:
+                break  # elements after the vertices are not needed
+            in_vertex = parts[1] == "vertex"
+            if not in_vertex:
+                raise DataError(f"{path}: element '{parts[1]}' before the vertices is not supported")
+            count, seen_vertex = int(parts[2]), True
+        elif parts[:1] == ["property"] and in_vertex:
+            if parts[1] == "list" or parts[1] not in _PLY_TYPES:
+                raise DataError(f"{path}: unsupported vertex property '{line.strip()}'")
+            fields.append((parts[2], "<" + _PLY_TYPES[parts[1]]))
+    dtype = np.dtype(fields)
+    body = raw[end + len(b"end_header\n") :]
+    if len(body) < count * dtype.itemsize:
+        raise DataError(f"{path}: truncated ({len(body)} bytes of vertex data, {count * dtype.itemsize} expected)")
+    return np.frombuffer(body, dtype=dtype, count=count)
+
+
+def read_ply_gaussians(path: str | Path) -> tuple[Dict[str, Tensor], int]:
+    """Raw Gaussian parameters and SH degree from a standard 3DGS PLY (splattrain's or the original's)."""
+    import torch
+
+    from ..errors import DataError
+
+    vertices = read_ply_vertices(path)
+    names = set(vertices.dtype.names or ())
+    required = ["x", "y", "z", "f_dc_0", "f_dc_1", "f_dc_2", "opacity", "scale_0", "scale_1", "scale_2",
+                "rot_0", "rot_1", "rot_2", "rot_3"]
+    missing = [name for name in required if name not in names]
+    if missing:
+        raise DataError(f"{path}: not a 3DGS PLY, missing properties {', '.join(missing)}")
+    n_rest = sum(1 for name in names if name.startswith("f_rest_"))
+    degree = int(round(((n_rest // 3) + 1) ** 0.5)) - 1
+    if n_rest % 3 or (degree + 1) ** 2 - 1 != n_rest // 3:
+        raise DataError(f"{path}: {n_rest} f_rest properties do not make a whole SH degree")
+
+    def stack(columns: list[str]) -> Tensor:
+        return torch.from_numpy(np.stack([vertices[c].astype(np.float32) for c in columns], axis=1))
+
+    n = len(vertices)
+    rest = stack([f"f_rest_{i}" for i in range(n_rest)]) if n_rest else torch.zeros(n, 0)
+    params = {
+        "means": stack(["x", "y", "z"]),
+        "scales": stack(["scale_0", "scale_1", "scale_2"]),
+        "quats": stack(["rot_0", "rot_1", "rot_2", "rot_3"]),
+        "opacities": stack(["opacity"])[:, 0].contiguous(),
+        "sh0": stack(["f_dc_0", "f_dc_1", "f_dc_2"]).reshape(n, 1, 3),
+        "shN": rest.reshape(n, 3, n_rest // 3).transpose(1, 2).contiguous(),
+    }
+    return params, degree

@@ -1,0 +1,126 @@
+"""Checkpoint files: checksummed, atomic, and checked for compatibility on resume."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Tuple
+
+import torch
+
+from .errors import UserError
+from .io.atomic import atomic_torch_save
+
+FORMAT = "splattrain-checkpoint/1"
+_STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
+
+#: Config keys a resumed run must share with its checkpoint (they change the scene or the model).
+INCOMPATIBLE_KEYS = ("data.type", "data.path", "data.downscale", "data.test_split", "model.sh_degree")
+
+
+class CheckpointError(UserError):
+    """A checkpoint is missing, truncated, corrupted or does not fit the run."""
+
+
+def save_checkpoint_file(state: Dict[str, Any], path: str | Path) -> None:
+    """Write ``state`` to ``path`` atomically, wrapped with a SHA-256 of its bytes."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    payload = buffer.getvalue()
+    atomic_torch_save({"format": FORMAT, "sha256": hashlib.sha256(payload).hexdigest(), "payload": payload}, path)
+
+
+def load_checkpoint_file(path: str | Path) -> Dict[str, Any]:
+    """Read a checkpoint written by :func:`save_checkpoint_file`, verifying its checksum.
+
+    Raises CheckpointError naming the file when it is missing, truncated, corrupted or
+    not a splattrain checkpoint.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint '{path}' not found")
+    try:
+        wrapper = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise CheckpointError(f"checkpoint '{path}' is truncated or corrupted ({reason})") from None
+    if not isinstance(wrapper, dict) or wrapper.get("format") != FORMAT:
+        raise CheckpointError(f"'{path}' is not a splattrain checkpoint (no '{FORMAT}' header)")
+    payload = wrapper["payload"]
+    if hashlib.sha256(payload).hexdigest() != wrapper["sha256"]:
+        raise CheckpointError(f"checkpoint '{path}' is corrupted (checksum mismatch)")
+    return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
+
+
+def step_checkpoints(ckpt_dir: Path) -> List[Path]:
+    """``step_XXXXXX.pt`` files in ``ckpt_dir``, newest step first."""
+    if not ckpt_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in ckpt_dir.iterdir() if (m := _STEP_FILE.match(p.name))]
+    return [p for _, p in sorted(found, reverse=True)]
+
+
+def find_resume_checkpoint(ckpt_dir: Path, warn: Callable[[str], None]) -> Tuple[Path, Dict[str, Any]]:
+    """The newest intact checkpoint in ``ckpt_dir`` (last.pt, then step files newest first).
+
+    Corrupted candidates are skipped with a warning naming them.
+    """
+    candidates = [ckpt_dir / "last.pt"] if (ckpt_dir / "last.pt").is_file() else []
+    candidates += step_checkpoints(ckpt_dir)
+    if not candidates:
+        raise CheckpointError(f"--resume: no checkpoint in '{ckpt_dir}'")
+    for path in candidates:
+        try:
+            return path, load_checkpoint_file(path)
+        except CheckpointError as err:
+            warn(f"{err}; trying an older checkpoint")
+    raise CheckpointError(f"--resume: every checkpoint in '{ckpt_dir}' is truncated or corrupted")
+
+
+def _flatten(tree: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+    flat: Dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _same(key: str, old: Any, new: Any) -> bool:
+    if key == "data.path" and old is not None and new is not None:
+        return Path(str(old)).resolve() == Path(str(new)).resolve()
+    return old == new
+
+
+def config_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> Tuple[List[str], List[str]]:
+    """(incompatible, compatible) differences between a checkpoint's config and the run's.
+
+    Each entry reads ``key: old -> new``.
+    """
+    old, new = _flatten(saved), _flatten(current)
+    incompatible, compatible = [], []
+    for key in sorted(set(old) | set(new)):
+        if _same(key, old.get(key), new.get(key)):
+            continue
+        line = f"{key}: {old.get(key)!r} -> {new.get(key)!r}"
+        (incompatible if key in INCOMPATIBLE_KEYS else compatible).append(line)
+    return incompatible, compatible
+
+
+def checkpoint_target(target: str | Path) -> Path:
+    """A checkpoint file from a run directory (its ckpt/last.pt, else newest) or a file path."""
+    path = Path(target)
+    if path.is_dir():
+        ckpt_dir = path / "ckpt"
+        for candidate in [ckpt_dir / "last.pt", *step_checkpoints(ckpt_dir), ckpt_dir / "published.pt"]:
+            if candidate.is_file():
+                return candidate
+        raise CheckpointError(f"'{path}' has no checkpoint in {ckpt_dir}")
+    if not path.is_file():
+        raise CheckpointError(f"'{path}' is neither a run directory nor a checkpoint file")
+    return path
+

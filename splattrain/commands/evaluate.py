@@ -1,0 +1,66 @@
+"""``splattrain eval``: score a trained scene on its test (or train) views."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import torch
+
+from ..console import Console
+from ..io.atomic import atomic_path, atomic_write_text
+from ..metrics import Evaluator, mean_metrics
+from .snapshot import load_snapshot
+
+
+def _save_png(path: Path, image: torch.Tensor) -> None:
+    from PIL import Image
+
+    array = (image.clamp(0, 1).cpu().numpy() * 255.0 + 0.5).astype(np.uint8)
+    with atomic_path(path) as tmp:
+        Image.fromarray(array).save(tmp, format="PNG")
+
+
+@torch.no_grad()
+def evaluate(
+    target: str | Path,
+    console: Console,
+    split: str = "test",
+    out: Optional[str | Path] = None,
+    save_renders: bool = False,
+    device: str = "auto",
+    lpips: Optional[bool] = None,
+) -> Dict[str, Any]:
+    """Render every ``split`` view of the checkpoint at ``target``, score it, and write metrics.json."""
+    snapshot = load_snapshot(target, device)
+    out_dir = Path(out) if out is not None else snapshot.run_dir / "eval" / f"step_{snapshot.step:06d}"
+    cfg = snapshot.cfg
+    evaluator = Evaluator(cfg.metrics.lpips if lpips is None else lpips, cfg.metrics.lpips_net, snapshot.device, console.warning)
+    renderer = snapshot.renderer()
+    pipeline = snapshot.views(split)
+    per_view: List[Dict[str, Any]] = []
+    for batch in pipeline.test_batches():
+        result = renderer.render(snapshot.model, batch["camera"], snapshot.sh_degree, snapshot.background)
+        name = batch["camera"][0].name
+        per_view.append({"view": name, **evaluator(result.rgb, batch["image"])})
+        if save_renders:
+            _save_png(out_dir / "renders" / f"{name}.png", result.rgb[0])
+    report = {
+        "checkpoint": str(snapshot.path),
+        "step": snapshot.step,
+        "split": split,
+        **mean_metrics(per_view),
+        "per_view": per_view,
+    }
+    atomic_write_text(out_dir / "metrics.json", json.dumps(report, indent=2) + "\n")
+    rows = [[v["view"], f"{v['psnr']:.3f}", f"{v['ssim']:.4f}", _fmt(v["lpips"])] for v in per_view]
+    rows.append(["mean", f"{report['psnr']:.3f}", f"{report['ssim']:.4f}", _fmt(report["lpips"])])
+    console.table(f"{split} views of {snapshot.path} (step {snapshot.step})", ["view", "PSNR", "SSIM", "LPIPS"], rows)
+    console.info(f"wrote {out_dir / 'metrics.json'}")
+    return report
+
+
+def _fmt(value: Optional[float]) -> str:
+    return "n/a" if value is None else f"{value:.4f}"

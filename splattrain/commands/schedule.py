@@ -1,0 +1,87 @@
+"""``splattrain schedule``: the learning rates, beta1 and SH degree a config will use, before training."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from omegaconf import DictConfig
+from PIL import Image, ImageDraw
+
+from ..console import Console
+from ..io.atomic import atomic_write_bytes
+from ..model.gaussians import degree_for_step
+from ..optim import GROUPS, build_schedules
+
+#: A named curve: one value per step 1..max_steps.
+Curve = Tuple[str, List[float]]
+
+
+def schedule_curves(cfg: DictConfig) -> List[Curve]:
+    """Learning rate of every scheduled group (means before its scene-scale factor), beta1 where
+    scheduled, and the active SH degree, at each training step."""
+    steps = int(cfg.trainer.max_steps)
+    curves: List[Curve] = []
+    for name, schedule in build_schedules(cfg.optim, steps).items():
+        base = float(cfg.optim[f"{name}_lr"])
+        label = f"{name} lr" + (" (x scene scale)" if name == "means" else "")
+        curves.append((label, [base * schedule.factor(t) for t in range(steps)]))
+        if schedule.momentum(0) is not None:
+            curves.append((f"{name} beta1", [schedule.momentum(t) for t in range(steps)]))
+    degree = [float(degree_for_step(s, cfg.model.sh_degree_interval, cfg.model.sh_degree)) for s in range(1, steps + 1)]
+    curves.append(("SH degree", degree))
+    return curves
+
+
+def _sample_steps(cfg: DictConfig) -> List[int]:
+    """Step 1, the last step, every tenth of the run, and where warm-ups and step drops end."""
+    total = int(cfg.trainer.max_steps)
+    steps = {1, total, *(max(1, round(total * k / 10)) for k in range(1, 10))}
+    for spec in cfg.optim.schedules.values():
+        steps.update(int(s) + 1 for s in spec.get("milestones") or [] if s < total)
+        if spec.get("warmup_steps"):
+            steps.add(min(total, int(spec["warmup_steps"]) + 1))
+    return sorted(steps)
+
+
+def schedule_table(cfg: DictConfig) -> Tuple[List[str], List[List[str]]]:
+    """Columns and rows (the values at :func:`_sample_steps`) of the schedule report."""
+    curves = schedule_curves(cfg)
+    rows = [[str(step)] + [f"{values[step - 1]:.4g}" for _, values in curves] for step in _sample_steps(cfg)]
+    return ["step"] + [label for label, _ in curves], rows
+
+
+def plot_schedules(curves: List[Curve], path: Path, width: int = 640, panel: int = 150) -> None:
+    """One panel per curve (linear axes, min and max marked), written as a PNG."""
+    margin, gap = 70, 30
+    image = Image.new("RGB", (width, gap + len(curves) * (panel + gap)), "white")
+    draw = ImageDraw.Draw(image)
+    for index, (label, values) in enumerate(curves):
+        top = gap + index * (panel + gap)
+        left, right, bottom = margin, width - 20, top + panel
+        draw.rectangle([left, top, right, bottom], outline="black")
+        draw.text((left, top - 16), label, fill="black")
+        low, high = min(values), max(values)
+        span = (high - low) or 1.0
+        draw.text((4, top), f"{high:.3g}", fill="black")
+        draw.text((4, bottom - 12), f"{low:.3g}", fill="black")
+        draw.text((left, bottom + 2), "1", fill="black")
+        draw.text((right - 40, bottom + 2), str(len(values)), fill="black")
+        stride = max(1, len(values) // (right - left))
+        points = [
+            (left + (right - left) * i / max(1, len(values) - 1), bottom - (panel - 8) * (v - low) / span - 4)
+            for i, v in list(enumerate(values))[::stride] + [(len(values) - 1, values[-1])]
+        ]
+        draw.line(points, fill=(31, 119, 180), width=2)
+    atomic_write_bytes(path, lambda handle: image.save(handle, format="PNG"))
+
+
+def show_schedule(cfg: DictConfig, console: Console, out: Optional[str | Path] = None) -> None:
+    """Print the schedule table (and the fixed groups); with ``out``, also plot every curve to a PNG."""
+    columns, rows = schedule_table(cfg)
+    console.table(f"schedules over {cfg.trainer.max_steps} steps (values used by each step)", columns, rows)
+    fixed = [g for g in GROUPS if g not in cfg.optim.schedules and g != "means"]
+    console.print("fixed: " + ", ".join(f"{g} {cfg.optim[f'{g}_lr']:.4g}" for g in fixed))
+    if out is not None:
+        plot_schedules(schedule_curves(cfg), Path(out))
+        console.print(f"plot -> {out}")

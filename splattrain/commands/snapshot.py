@@ -1,0 +1,74 @@
+"""A trained scene loaded from a checkpoint, with what it needs to render its views."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from ..checkpoint import checkpoint_target, load_checkpoint_file
+from ..config.schema import SplatConfig
+from ..data.loading import load_scene
+from ..data.pipeline import DataPipeline
+from ..data.types import SceneData
+from ..engine.setup import resolve_device
+from ..model.gaussians import GaussianModel, degree_for_step
+from ..render.splat_renderers import Renderer, build_renderer
+
+
+@dataclass
+class Snapshot:
+    """A checkpoint's Gaussians and config, ready to render."""
+
+    path: Path
+    checkpoint: Dict[str, Any]
+    cfg: DictConfig
+    model: GaussianModel
+    device: torch.device
+
+    @property
+    def step(self) -> int:
+        return int(self.checkpoint["step"])
+
+    @property
+    def sh_degree(self) -> int:
+        """The SH degree the run used at its checkpoint step."""
+        return degree_for_step(self.step, self.cfg.model.sh_degree_interval, self.cfg.model.sh_degree)
+
+    @property
+    def run_dir(self) -> Path:
+        """The run directory the checkpoint belongs to (the folder above ckpt/)."""
+        parent = self.path.parent
+        return parent.parent if parent.name == "ckpt" else parent
+
+    @property
+    def background(self) -> torch.Tensor:
+        return torch.tensor(list(self.cfg.data.background), dtype=torch.float32, device=self.device)
+
+    def renderer(self) -> Renderer:
+        return build_renderer(OmegaConf.to_container(self.cfg.renderer), self.device)
+
+    def scene(self) -> SceneData:
+        """The dataset the run trained on, read again from ``data.path``."""
+        return load_scene(self.cfg.data)[1]
+
+    def views(self, split: str = "test", scene: Optional[SceneData] = None) -> DataPipeline:
+        """A pipeline whose test batches are the ``split`` ('test' or 'train') views."""
+        scene = scene or self.scene()
+        frames = scene.test if split == "test" else scene.train
+        chosen = SceneData(train=scene.train, test=frames, points=scene.points, point_colors=scene.point_colors,
+                           extra=scene.extra)
+        return DataPipeline(chosen, self.background, self.device, seed=self.cfg.seed, prefetch=False)
+
+
+def load_snapshot(target: str | Path, device: str = "auto") -> Snapshot:
+    """Load a run directory's newest checkpoint (or a checkpoint file) onto ``device``."""
+    path = checkpoint_target(target)
+    checkpoint = load_checkpoint_file(path)
+    cfg = OmegaConf.merge(OmegaConf.structured(SplatConfig), checkpoint["config"])
+    resolved = resolve_device(device)
+    model = GaussianModel(checkpoint["gaussians"], int(checkpoint["sh_degree"])).to(resolved)
+    return Snapshot(path=path, checkpoint=checkpoint, cfg=cfg, model=model, device=resolved)
