@@ -86,9 +86,9 @@ def test_default_hooks_override_disable_and_custom():
         {"logger": {"interval": 5}, "checkpoint": None},
         [{"type": "LogHook"}, {"type": "LogHook", "priority": "HIGHEST"}],
     )
-    assert specs[0] == ("logger", {"type": "LogHook", "interval": 5})
-    assert [name for name, _ in specs] == ["logger", "LogHook", "LogHook_2"]
-    hook = build_hook(*specs[2])
+    assert ("logger", {"type": "LogHook", "interval": 5}) in specs
+    assert [name for name, _ in specs] == ["timer", "logger", "auto_checkpoint", "LogHook", "LogHook_2"]
+    hook = build_hook(*specs[4])
     assert hook.priority == 0 and hook.name == "LogHook_2"
 
 

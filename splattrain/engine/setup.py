@@ -17,8 +17,10 @@ from ..registry import HOOKS
 
 #: Hooks every run gets unless ``default_hooks.<name>: null`` disables them.
 DEFAULT_HOOKS: Dict[str, Dict[str, Any]] = {
+    "timer": {"type": "IterTimerHook"},
     "logger": {"type": "LogHook"},
     "checkpoint": {"type": "CheckPointHook"},
+    "auto_checkpoint": {"type": "AutoCheckpointHook"},
 }
 
 
