@@ -1,56 +1,85 @@
-"""One Adam per Gaussian parameter group, and the 3DGS position learning-rate decay."""
+"""One Adam per Gaussian parameter group, and their learning-rate / momentum schedules."""
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Any, Dict, List
 
 import torch
 
+from .errors import ConfigError
 from .model.gaussians import GaussianModel
+from .schedules import Schedule, build_schedule
+
+#: Parameter groups, in the order the model stores them.
+GROUPS = ("means", "scales", "quats", "opacities", "sh0", "shN")
+
+
+def base_lrs(optim_cfg, scene_scale: float) -> Dict[str, float]:
+    """The configured learning rate of every group; the means rate is scaled by ``scene_scale``."""
+    lrs = {name: float(optim_cfg[f"{name}_lr"]) for name in GROUPS}
+    lrs["means"] *= scene_scale
+    return lrs
 
 
 def build_optimizers(model: GaussianModel, optim_cfg, scene_scale: float) -> Dict[str, torch.optim.Adam]:
-    """An Adam per parameter (as gsplat's strategies expect); the means LR is scaled by ``scene_scale``."""
-    lrs = {
-        "means": optim_cfg.means_lr * scene_scale,
-        "scales": optim_cfg.scales_lr,
-        "quats": optim_cfg.quats_lr,
-        "opacities": optim_cfg.opacities_lr,
-        "sh0": optim_cfg.sh0_lr,
-        "shN": optim_cfg.shN_lr,
-    }
+    """An Adam per parameter (as gsplat's strategies expect), at each group's base rate."""
+    lrs = base_lrs(optim_cfg, scene_scale)
     return {
         name: torch.optim.Adam([{"params": [param], "lr": lrs[name], "name": name}], eps=optim_cfg.eps)
         for name, param in model.params.items()
     }
 
 
-class ExponentialDecayLR:
-    """Learning rate decaying exponentially from ``lr_init`` to ``lr_final`` at ``max_steps``.
+def schedule_specs(optim_cfg) -> Dict[str, Dict[str, Any]]:
+    """The schedule spec of every scheduled group: ``optim.schedules``, plus the 3DGS position decay.
 
-    Stateless: the rate is a function of the step alone, so resuming needs no state.
+    Unless ``optim.schedules.means`` says otherwise, the means rate decays exponentially from
+    ``means_lr`` to ``means_lr_final`` at the last step. Groups not named stay fixed.
     """
+    specs = {name: dict(spec) for name, spec in optim_cfg.schedules.items()}
+    unknown = sorted(set(specs) - set(GROUPS))
+    if unknown:
+        raise ConfigError(f"optim.schedules: {', '.join(unknown)} not a parameter group (groups: {', '.join(GROUPS)})")
+    specs.setdefault("means", {"type": "exp", "min_ratio": optim_cfg.means_lr_final / optim_cfg.means_lr})
+    return {name: specs[name] for name in GROUPS if name in specs}
 
-    def __init__(self, optimizer: torch.optim.Optimizer, lr_init: float, lr_final: float, max_steps: int) -> None:
+
+def build_schedules(optim_cfg, max_steps: int) -> Dict[str, Schedule]:
+    """A :class:`Schedule` per scheduled group (checked, errors name the config key)."""
+    specs = schedule_specs(optim_cfg)
+    return {name: build_schedule(spec, max_steps, f"optim.schedules.{name}") for name, spec in specs.items()}
+
+
+class ParamScheduler:
+    """Sets one optimizer's learning rate (and beta1, when scheduled) from a stateless schedule."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, base_lr: float, schedule: Schedule) -> None:
         self.optimizer = optimizer
-        self.lr_init = lr_init
-        self.lr_final = lr_final
-        self.max_steps = max(1, max_steps)
+        self.base_lr = base_lr
+        self.schedule = schedule
 
     def lr_at(self, step: int) -> float:
-        t = min(max(step, 0) / self.max_steps, 1.0)
-        return self.lr_init * (self.lr_final / self.lr_init) ** t
+        """The learning rate once ``step`` steps are done."""
+        return self.base_lr * self.schedule.factor(step)
 
     def step(self, step: int) -> None:
-        """Set the rate for the step after ``step``."""
+        """Set the rate (and beta1) for the step after ``step``."""
+        lr, beta1 = self.lr_at(step), self.schedule.momentum(step)
         for group in self.optimizer.param_groups:
-            group["lr"] = self.lr_at(step)
+            group["lr"] = lr
+            if beta1 is not None:
+                group["betas"] = (beta1, group["betas"][1])
 
 
-def build_schedulers(optimizers: Dict[str, torch.optim.Adam], optim_cfg, scene_scale: float, max_steps: int) -> list:
-    """The position schedule of the 3DGS paper (1.6e-4 -> 1.6e-6, times the scene scale)."""
-    return [
-        ExponentialDecayLR(
-            optimizers["means"], optim_cfg.means_lr * scene_scale, optim_cfg.means_lr_final * scene_scale, max_steps
-        )
+def build_schedulers(
+    optimizers: Dict[str, torch.optim.Adam], optim_cfg, scene_scale: float, max_steps: int
+) -> List[ParamScheduler]:
+    """A scheduler per scheduled group, already set for step 1 (warm-up starts low)."""
+    lrs = base_lrs(optim_cfg, scene_scale)
+    schedulers = [
+        ParamScheduler(optimizers[name], lrs[name], schedule)
+        for name, schedule in build_schedules(optim_cfg, max_steps).items()
     ]
+    for scheduler in schedulers:
+        scheduler.step(0)
+    return schedulers

@@ -64,7 +64,10 @@ def test_growth_adds_gaussians_and_keeps_optimizer_state_aligned():
         assert optimizer.state[param]["exp_avg"].shape == param.shape
 
 
-def test_absgrad_refused_for_torch_renderer():
+def test_absgrad_refused_for_renderers_without_it():
+    from splattrain.render.cpu_renderer import CpuRenderer
+
     cfg = OmegaConf.merge(OmegaConf.structured(StrategyConfig), {"absgrad": True})
     with pytest.raises(ConfigError, match="absgrad"):
-        build_strategy(cfg, TorchRenderer())
+        build_strategy(cfg, CpuRenderer())
+    assert build_strategy(cfg, TorchRenderer()).absgrad

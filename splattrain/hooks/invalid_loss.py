@@ -1,0 +1,102 @@
+"""CheckInvalidLossHook: stop or skip a step whose loss is NaN or infinite, before it updates anything."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Dict, List
+
+import torch
+
+from ..errors import ConfigError
+from ..losses import photometric_loss
+from ..registry import HOOKS
+from .base import Hook, Priority
+
+POLICIES = ("raise", "skip")
+
+
+class InvalidLossError(RuntimeError):
+    """A loss term was NaN or infinite (the message names the term, the step and the views)."""
+
+
+@HOOKS.register()
+class CheckInvalidLossHook(Hook):
+    """Checks every loss term for NaN / Inf every ``interval`` steps, after backward and before
+    densification and the optimizer step, so the parameters are still those of the last good step.
+
+    - ``raise``: save ``ckpt/rescue_step_XXXXXX.pt`` holding the state before the step (resuming
+      from it runs that step again, on the next view), then stop with an error naming the
+      term, the step and the views that produce it.
+    - ``skip``: drop the step's update (no densification statistics, no optimizer step), count
+      it, and warn; after more than ``max_skips`` skipped steps, stop as ``raise`` does.
+
+    Args:
+        interval: check every N steps.
+        policy: raise | skip.
+        max_skips: with ``skip``, how many steps may be skipped in the whole run.
+    """
+
+    priority = Priority.VERY_HIGH
+
+    def __init__(self, interval: int = 1, policy: str = "raise", max_skips: int = 10) -> None:
+        super().__init__()
+        if policy not in POLICIES:
+            raise ConfigError(f"CheckInvalidLossHook policy {policy!r}: use one of {', '.join(POLICIES)}")
+        if interval < 1 or max_skips < 0:
+            raise ConfigError("CheckInvalidLossHook needs interval >= 1 and max_skips >= 0")
+        self.interval = interval
+        self.policy = policy
+        self.max_skips = max_skips
+        self.skips = 0
+
+    def after_backward(self, trainer, step: int, outputs: Dict[str, Any]) -> None:
+        if not self.every_n_steps(trainer, self.interval):
+            return
+        values = {name: float(value.detach()) for name, value in outputs["losses"].items()}
+        bad = {name: value for name, value in values.items() if not math.isfinite(value)}
+        if not bad:
+            return
+        terms = ", ".join(f"{name} = {value}" for name, value in bad.items())
+        views = ", ".join(_invalid_views(trainer, outputs)) or "none alone (a regulariser)"
+        problem = f"invalid loss at step {step}: {terms} (views: {views})"
+        if self.policy == "skip" and self.skips < self.max_skips:
+            self.skips += 1
+            outputs["skip_update"] = True
+            trainer.console.warning(f"{problem}; skipped the update ({self.skips} of at most {self.max_skips})")
+            trainer.runtime_info["invalid_loss/skips"] = float(self.skips)
+            return
+        path = self._rescue(trainer, step)
+        limit = f"; {self.skips} steps skipped already, the limit is {self.max_skips}" if self.policy == "skip" else ""
+        raise InvalidLossError(f"{problem}{limit}. The state before this step is saved to {path}")
+
+    @staticmethod
+    def _rescue(trainer, step: int) -> Path:
+        """Save the state of the last good step (``step - 1``): nothing has been updated yet."""
+        path = trainer.checkpoint_dir / f"rescue_step_{step - 1:06d}.pt"
+        trainer.step = step - 1
+        try:
+            trainer.save_checkpoint(path, link_last=False)
+        finally:
+            trainer.step = step
+        return path
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"skips": self.skips} if self.skips else {}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.skips = int(state.get("skips", 0))
+
+
+@torch.no_grad()
+def _invalid_views(trainer, outputs: Dict[str, Any]) -> List[str]:
+    """Names of the step's views whose own photometric loss is not finite (each re-rendered alone)."""
+    batch = outputs["batch"]
+    names = []
+    for index, camera in enumerate(batch["camera"]):
+        render = trainer.renderer.render(trainer.model, [camera], outputs["sh_degree"], batch["background"])
+        mask = batch["mask"][index : index + 1] if "mask" in batch else None
+        losses = photometric_loss(render.rgb, batch["image"][index : index + 1], trainer.cfg.loss.ssim_lambda, mask)
+        if not all(math.isfinite(float(v)) for v in losses.values()):
+            names.append(camera.name or str(int(batch["image_id"][index])))
+    return names
