@@ -1,24 +1,42 @@
-"""Milliseconds per training step (render + loss + backward + Adam) per renderer backend.
+"""Milliseconds per training step (render + loss + backward) per renderer backend, side by side.
 
-Runs on a synthetic scene (Gaussians scattered in a unit ball, seen from 4 units away)
-for several image sizes and Gaussian counts, and prints a table.
+1. Headline: the demo scene (data/demo, 128x128) with ``--demo-gaussians`` Gaussians (random
+   init, as ``splattrain fit --config configs/demo.yaml`` starts), cycling through the training
+   views. Renderers take turns step by step in one process, so load from other processes hits
+   them alike. Prints the median ms per step, the ratio to the torch backend, and the optimizer
+   step (the same for every renderer) on its own.
+2. Scaling table: a synthetic scene (Gaussians in a unit ball, seen from 4 units) over image
+   sizes and Gaussian counts, with the number of Gaussian-tile overlaps (16 px tiles) and the
+   cost per overlap, so growth with pixels and overlaps can be read off.
 
-    python benchmarks/bench_train_step.py [--sizes 64 128 256] [--counts 1000 10000 20000]
+    python benchmarks/bench_train_step.py                   # headline + 64..256 px x 1k..20k
+    python benchmarks/bench_train_step.py --wide            # table over 64..512 px x 1k..200k
+    python benchmarks/bench_train_step.py --renderers cpu --sizes 128 --counts 20000 --no-demo
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
+from pathlib import Path
+from typing import Callable, Dict, List
 
 import torch
 
 from splattrain.cameras import Camera
+from splattrain.config import load_config
+from splattrain.engine.trainer import DefaultTrainer
+from splattrain.errors import ConfigError
 from splattrain.losses import photometric_loss
 from splattrain.model.gaussians import GaussianModel
 from splattrain.registry import RENDERERS
-from splattrain.render.splat_renderers import build_renderer  # noqa: F401  (registers renderers)
+from splattrain.render.splat_renderers import Renderer, build_renderer
+
+REPO = Path(__file__).resolve().parents[1]
+WIDE_SIZES = [64, 128, 256, 512]
+WIDE_COUNTS = [1000, 10000, 50000, 200000]
 
 
 def look_at_camera(size: int, distance: float = 4.0) -> Camera:
@@ -34,44 +52,121 @@ def random_model(count: int, seed: int = 0) -> GaussianModel:
     g = torch.Generator().manual_seed(seed)
     direction = torch.randn(count, 3, generator=g)
     points = direction / direction.norm(dim=1, keepdim=True) * torch.rand(count, 1, generator=g) ** (1 / 3)
-    model = GaussianModel.from_points(points, torch.rand(count, 3, generator=g), sh_degree=3, opacity=0.5, generator=g)
-    return model
+    return GaussianModel.from_points(points, torch.rand(count, 3, generator=g), sh_degree=3, opacity=0.5, generator=g)
 
 
-def time_steps(renderer_name: str, size: int, count: int, repeats: int) -> float:
-    renderer = RENDERERS.build({"type": renderer_name})
-    model = random_model(count)
-    camera = look_at_camera(size)
-    target = torch.rand(1, size, size, 3, generator=torch.Generator().manual_seed(1))
-    optimizer = torch.optim.Adam(model.params.values(), lr=1e-3)
+def available_renderers() -> List[str]:
+    """torch, and cpu when its library builds (gsplat needs CUDA; this benchmark runs on the CPU)."""
+    try:
+        build_renderer({"type": "cpu"}, torch.device("cpu"), log=print)
+    except ConfigError as error:
+        print(f"cpu renderer unavailable: {error}")
+        return ["torch"]
+    return ["torch", "cpu"]
+
+
+def step_timer(renderer: Renderer, model: GaussianModel, sh_degree: int) -> Callable[[List[Camera], torch.Tensor], float]:
+    """A function timing one render + loss + backward (seconds), gradients cleared after."""
     background = torch.ones(3)
-    times = []
-    for i in range(repeats + 1):
+
+    def step(cameras: List[Camera], target: torch.Tensor) -> float:
         start = time.perf_counter()
-        result = renderer.render(model, [camera], 3, background)
-        loss = photometric_loss(result.rgb, target)["loss"]
-        loss.backward()
+        result = renderer.render(model, cameras, sh_degree, background)
+        photometric_loss(result.rgb, target)["loss"].backward()
+        elapsed = time.perf_counter() - start
+        for param in model.params.values():
+            param.grad = None
+        return elapsed
+
+    return step
+
+
+def overlaps(model: GaussianModel, camera: Camera, sh_degree: int) -> int:
+    """Gaussian-tile intersections (16 px tiles) of one view."""
+    with torch.no_grad():
+        info = RENDERERS.build({"type": "torch"}).render(model, [camera], sh_degree, torch.ones(3)).info
+    return int(info["flatten_ids"].numel())
+
+
+def headline(names: List[str], count: int, repeats: int) -> None:
+    """Side-by-side steps on the demo scene."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = load_config(REPO / "configs" / "demo.yaml", [
+            f"model.init.num_points={count}", "metrics.lpips=false", f"output_dir={tmp}",
+        ])
+        trainer = DefaultTrainer(cfg)
+    model = trainer.model
+    sh_degree = cfg.model.sh_degree
+    batches = [trainer.data.next_train(step) for step in range(1, repeats + 2)]
+    timers = {name: step_timer(RENDERERS.build({"type": name}), model, sh_degree) for name in names}
+    times: Dict[str, List[float]] = {name: [] for name in names}
+    for i, batch in enumerate(batches):
+        for name in names:
+            elapsed = timers[name](batch["camera"], batch["image"])
+            if i > 0:  # the first step warms caches up
+                times[name].append(elapsed)
+    params = list(model.params.values())
+    optimizer = torch.optim.Adam(params, lr=1e-4)
+    adam = []
+    for _ in range(repeats):
+        for param in params:
+            param.grad = torch.zeros_like(param)
+        start = time.perf_counter()
         optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if i > 0:  # the first step warms caches up
-            times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000
+        adam.append(time.perf_counter() - start)
+
+    camera = batches[0]["camera"][0]
+    print(f"demo scene {camera.width}x{camera.height}, {model.num_gaussians} Gaussians (random init), "
+          f"SH degree {sh_degree}, {overlaps(model, camera, sh_degree)} overlaps in view 1, "
+          f"{repeats} steps per renderer, taking turns")
+    base = statistics.median(times["torch"]) if "torch" in times else None
+    print(f"{'renderer':>9} {'ms/step':>9} {'min ms':>8} {'speed-up':>9}   (render + loss + backward)")
+    for name in names:
+        median, fastest = statistics.median(times[name]) * 1000, min(times[name]) * 1000
+        ratio = f"{base * 1000 / median:8.1f}x" if base else ""
+        print(f"{name:>9} {median:9.1f} {fastest:8.1f} {ratio:>9}")
+    print(f"{'adam':>9} {statistics.median(adam) * 1000:9.1f}  (optimizer step, the same for every renderer)")
+
+
+def table(names: List[str], sizes: List[int], counts: List[int], repeats: int) -> None:
+    """Scaling over image sizes and Gaussian counts on the synthetic scene."""
+    print(f"\nsynthetic scene, median of {repeats} steps (render + loss + backward)")
+    print(f"{'renderer':>9} {'size':>5} {'gaussians':>10} {'overlaps':>9} {'ms/step':>9} {'ns/overlap':>11}")
+    for size in sizes:
+        camera = look_at_camera(size)
+        target = torch.rand(1, size, size, 3, generator=torch.Generator().manual_seed(1))
+        for count in counts:
+            model = random_model(count)
+            n_overlaps = overlaps(model, camera, 3)
+            timers = {name: step_timer(RENDERERS.build({"type": name}), model, 3) for name in names}
+            times: Dict[str, List[float]] = {name: [] for name in names}
+            for i in range(repeats + 1):
+                for name in names:
+                    elapsed = timers[name]([camera], target)
+                    if i > 0:
+                        times[name].append(elapsed)
+            for name in names:
+                ms = statistics.median(times[name]) * 1000
+                print(f"{name:>9} {size:>5} {count:>10} {n_overlaps:>9} {ms:9.1f} {ms * 1e6 / max(n_overlaps, 1):11.0f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--renderers", nargs="+", help="default: every backend available on this machine")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--demo-gaussians", type=int, default=20000)
+    parser.add_argument("--no-demo", action="store_true", help="skip the demo-scene headline")
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 128, 256])
     parser.add_argument("--counts", type=int, nargs="+", default=[1000, 10000, 20000])
-    parser.add_argument("--renderers", nargs="+", default=["torch"])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--wide", action="store_true", help=f"table over {WIDE_SIZES} px x {WIDE_COUNTS} Gaussians")
     args = parser.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"{'renderer':>9} {'size':>5} {'gaussians':>10} {'ms/step':>9}")
-    for name in args.renderers:
-        for size in args.sizes:
-            for count in args.counts:
-                ms = time_steps(name, size, count, args.repeats)
-                print(f"{name:>9} {size:>5} {count:>10} {ms:9.1f}")
+    names = args.renderers or available_renderers()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, renderers {', '.join(names)}")
+    if not args.no_demo:
+        headline(names, args.demo_gaussians, args.repeats)
+    if args.wide:
+        args.sizes, args.counts = WIDE_SIZES, WIDE_COUNTS
+    table(names, args.sizes, args.counts, args.repeats)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import List
+from typing import Callable, List, Optional
 
 import torch
 from torch import Tensor
@@ -61,6 +61,8 @@ def sh_colors(model: GaussianModel, viewmats: Tensor, sh_degree: int) -> Tensor:
 class TorchRenderer(Renderer):
     """Pure PyTorch tile rasterizer: runs on any device, the reference for other backends."""
 
+    supports_absgrad = True
+
     def render(self, model: GaussianModel, cameras: List[Camera], sh_degree: int, background: Tensor) -> RenderResult:
         from .torch_rasterizer import rasterize
 
@@ -86,6 +88,7 @@ class TorchRenderer(Renderer):
             tile_size=self.tile_size,
             rasterize_mode=self.rasterize_mode,
             backgrounds=backgrounds,
+            absgrad=self.absgrad,
         )
         depth = render[..., 3:] / alpha.clamp_min(1e-10)
         return RenderResult(rgb=render[..., :3], alpha=alpha, depth=depth, info=info)
@@ -126,12 +129,22 @@ class GsplatRenderer(Renderer):
         return RenderResult(rgb=render[..., :3], alpha=alpha, depth=render[..., 3:], info=info)
 
 
-def build_renderer(spec: dict, device: torch.device) -> Renderer:
-    """Build the renderer named by ``spec['type']``; ``auto`` picks gsplat on CUDA, torch otherwise."""
+def build_renderer(
+    spec: dict, device: torch.device, log: Optional[Callable[[str], None]] = None,
+    warn: Optional[Callable[[str], None]] = None,
+) -> Renderer:
+    """Build the renderer named by ``spec['type']``. ``auto`` picks gsplat on CUDA, else the
+    compiled CPU backend, or torch (after one ``warn``) when that cannot be built; ``log`` hears
+    about the CPU backend's first-use compile."""
     spec = dict(spec)
     kind = spec.get("type", "auto")
     if kind == "auto":
-        spec["type"] = "gsplat" if device.type == "cuda" else "torch"
+        spec["type"] = "gsplat" if device.type == "cuda" else cpu_renderer.auto_cpu_backend(device, log, warn)
     elif kind == "gsplat" and device.type != "cuda":
         raise ConfigError(f"renderer.type 'gsplat' needs a CUDA device, but the run uses '{device}'; use 'auto' or 'torch'")
+    elif kind == "cpu":
+        cpu_renderer.require_cpu_backend(device, log)
     return RENDERERS.build(spec)
+
+
+from . import cpu_renderer  # noqa: E402  (registers "cpu"; imports Renderer from here)

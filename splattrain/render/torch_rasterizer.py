@@ -370,11 +370,13 @@ class _Composite(torch.autograd.Function):
 
     Each group of similarly long tiles walks its depth-sorted lists in segments of about
     SEGMENT_PAIRS pairs, dropping tiles whose pixels have all finished (gsplat's early exit).
+    With ``absgrad_target`` (the [C, N, 2] means2d tensor) the backward pass also sets its
+    ``absgrad``: the sum over pixels of |d loss / d mean| per pixel, as gsplat's ``absgrad=True``.
     """
 
     @staticmethod
     def forward(
-        ctx: Any, table: Tensor, lists: _TileLists, inside: Tensor
+        ctx: Any, table: Tensor, lists: _TileLists, inside: Tensor, absgrad_target: Optional[Tensor] = None
     ) -> Tuple[Tensor, Tensor]:
         scratch = _scratch()
         pixels = inside.shape[1]
@@ -396,6 +398,7 @@ class _Composite(torch.autograd.Function):
                 tiles = tiles[alive[tiles].any(1) & (lists.counts[tiles] > start)]
         ctx.save_for_backward(table, trans_final)
         ctx.segments = segments
+        ctx.absgrad_target = absgrad_target
         return render, trans_final
 
     @staticmethod
@@ -406,14 +409,21 @@ class _Composite(torch.autograd.Function):
         grad_trans = grad_trans * trans_final
         behind = torch.zeros_like(trans_final)  # colour . grad of the segments behind, per pixel
         columns = torch.arange(table.shape[1], device=table.device)
+        target = ctx.absgrad_target
+        abs_means = table.new_zeros(table.shape[0], 2) if target is not None else None
         for seg in reversed(ctx.segments):
-            grads = _segment_backward(
-                table[seg.slots], seg, grad_render[seg.tiles], grad_trans[seg.tiles], behind, scratch
+            grads, seg_abs = _segment_backward(
+                table[seg.slots], seg, grad_render[seg.tiles], grad_trans[seg.tiles], behind, scratch,
+                absgrad=target is not None,
             )
             # A flat 1D index_add_ is much faster on CPU than a row-wise one.
             index = (seg.slots[..., None] * table.shape[1] + columns).flatten()
             grad_table.view(-1).index_add_(0, index, grads.flatten())
-        return grad_table, None, None
+            if abs_means is not None:
+                abs_means.index_add_(0, seg.slots.flatten(), seg_abs.flatten(0, 1))
+        if target is not None:
+            target.absgrad = abs_means[:-1].view_as(target)
+        return grad_table, None, None, None
 
 
 def _segment_forward(
@@ -442,8 +452,10 @@ def _segment_backward(
     grad_t: Tensor,
     behind: Tensor,
     scratch: _Scratch,
-) -> Tensor:
-    """Gradient of one segment w.r.t. its slots' parameters: [B, K, 6 + D].
+    absgrad: bool = False,
+) -> Tuple[Tensor, Optional[Tensor]]:
+    """Gradient of one segment w.r.t. its slots' parameters: [B, K, 6 + D], and with ``absgrad``
+    the sum over pixels of |d loss / d mean x|, |d loss / d mean y| per slot: [B, K, 2] (else None).
 
     ``grad_rgb`` [B, D, S * S] is d loss / d colour; ``grad_t`` [B, S * S] is
     d loss / d final transmittance, times that transmittance. ``behind`` [n_tiles, S * S] holds
@@ -496,7 +508,14 @@ def _segment_backward(
         ],
         dim=-1,
     )
-    return torch.cat([geometric, grad_colors.transpose(1, 2)], dim=-1)
+    abs_means = None
+    if absgrad:  # per pixel, d sigma / d mean = (a dx + b dy, b dx + c dy)
+        a, b, c = (v[:, None, None, :] for v in (con_a, con_b, con_c))
+        col_dx, row_dy = dx[:, None], dy[:, :, None]
+        abs_x = (grad_sigma * (a * col_dx + b * row_dy)).abs_().sum((1, 2))
+        abs_y = (grad_sigma * (b * col_dx + c * row_dy)).abs_().sum((1, 2))
+        abs_means = torch.stack([abs_x, abs_y], dim=-1)
+    return torch.cat([geometric, grad_colors.transpose(1, 2)], dim=-1), abs_means
 
 
 def _untile(
@@ -538,6 +557,7 @@ def rasterize(
     tile_size: int = 16,
     rasterize_mode: str = "classic",
     backgrounds: Optional[Tensor] = None,
+    absgrad: bool = False,
 ) -> Tuple[Tensor, Tensor, Dict[str, Any]]:
     """Render Gaussians into C pinhole cameras, like ``gsplat.rasterization`` with
     ``sh_degree=None, packed=False, render_mode="RGB"``.
@@ -550,6 +570,7 @@ def rasterize(
         width, height: image size in pixels.
         rasterize_mode: "classic", or "antialiased" (opacities times the blur compensation).
         backgrounds: optional [C, D] colours composited behind the Gaussians.
+        absgrad: also set ``info["means2d"].absgrad`` in the backward pass (gsplat's AbsGS option).
 
     Returns:
         ``(render [C, H, W, D], alphas [C, H, W, 1], info)`` where ``info`` has gsplat's meta
@@ -578,7 +599,7 @@ def rasterize(
     table = torch.cat([table.flatten(0, 1), table.new_zeros(1, table.shape[-1])])
     lists = _TileLists(composite, n_cams * n_gauss, table.dtype)
     inside = _inside_pixels(n_cams, composite, width, height, table.device)
-    render_tiles, trans_tiles = _Composite.apply(table, lists, inside)
+    render_tiles, trans_tiles = _Composite.apply(table, lists, inside, proj.means2d if absgrad else None)
 
     render = _untile(render_tiles, n_cams, composite, width, height)
     trans = _untile(trans_tiles[:, None], n_cams, composite, width, height)

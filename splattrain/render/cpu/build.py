@@ -1,0 +1,166 @@
+"""Compile the C++ sources next to this file into a shared library on first use; load it with ctypes.
+
+The library is plain C++17 with a C ABI (no Python or PyTorch headers), so it compiles in
+seconds with any C++ compiler and does not depend on the torch version. It is cached under
+``$SPLATTRAIN_CACHE`` (default ``$XDG_CACHE_HOME/splattrain`` or ``~/.cache/splattrain``) in
+``ext/``, named by a hash of the source, the flags and the platform, so later processes load
+it without compiling. The compiler is ``$CXX``, else the first of c++, g++, clang++ on PATH.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("rasterize.cpp", "project.cpp"))
+HEADERS = (Path(__file__).with_name("common.h"),)
+FLAGS = ("-std=c++17", "-O3", "-fno-math-errno", "-fno-trapping-math", "-fopenmp-simd", "-fPIC", "-shared", "-pthread")
+BUILD_TIMEOUT_S = 300
+
+
+class BuildError(RuntimeError):
+    """The CPU rasterizer could not be compiled or loaded; the message says why."""
+
+
+@dataclass
+class Library:
+    """The loaded rasterizer library.
+
+    Attributes:
+        handle: the ctypes handle, with argument types declared.
+        path: the cached shared library.
+        built: True when this process compiled it, False when it came from the cache.
+    """
+
+    handle: ctypes.CDLL
+    path: Path
+    built: bool
+
+
+_LOCK = threading.Lock()
+_LOADED: Optional[Library] = None
+_FAILED: Optional[BuildError] = None
+
+
+def cache_dir() -> Path:
+    """Where compiled libraries are kept."""
+    root = os.environ.get("SPLATTRAIN_CACHE")
+    if root:
+        return Path(root) / "ext"
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "splattrain" / "ext"
+
+
+def library_path() -> Path:
+    """The cache path of the library for this source, these flags and this platform."""
+    digest = hashlib.sha256()
+    for path in (*SOURCES, *HEADERS):
+        digest.update(path.read_bytes())
+    digest.update(" ".join(FLAGS).encode())
+    digest.update(f"{sys.platform}-{platform.machine()}".encode())
+    suffix = ".dylib" if sys.platform == "darwin" else ".so"
+    return cache_dir() / f"splat_cpu_{digest.hexdigest()[:16]}{suffix}"
+
+
+def find_compiler() -> str:
+    """``$CXX`` or the first C++ compiler on PATH; BuildError when there is none."""
+    cxx = os.environ.get("CXX")
+    if cxx:
+        found = shutil.which(cxx)
+        if found is None:
+            raise BuildError(f"the C++ compiler named by CXX ({cxx!r}) was not found")
+        return found
+    for name in ("c++", "g++", "clang++"):
+        found = shutil.which(name)
+        if found is not None:
+            return found
+    raise BuildError("no C++ compiler found (install g++ or clang++, or set CXX)")
+
+
+def _compile(target: Path) -> None:
+    """Compile SOURCES to ``target`` atomically (concurrent builds each rename a whole file)."""
+    cxx = find_compiler()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    command = [cxx, *FLAGS, *map(str, SOURCES), "-o", str(scratch)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise BuildError(f"running {cxx} failed: {error}") from None
+    if done.returncode != 0:
+        scratch.unlink(missing_ok=True)
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        detail = lines[-1] if lines else f"exit code {done.returncode}"
+        raise BuildError(f"{cxx} could not compile the CPU rasterizer: {detail}")
+    os.replace(scratch, target)
+
+
+def _declare(handle: ctypes.CDLL) -> None:
+    """Argument and result types of the exported functions."""
+    ptr, i64, i32, f64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_double
+    grid = [i32, i32, i32]  # tile_size, tiles_x, tiles_y
+    scene = [ptr] * 6 + [i64, i64, i64, i32, i32] + grid + [i32, i32]
+    camera = [ptr] * 6 + [i64, i64, i32, i32, f64, f64, f64, i32, i32]
+    sh = [ptr, ptr, ptr, i64, ptr, i64, i64, i32, i32]
+    for suffix in ("f32", "f64"):
+        for name, args in (
+            ("project_forward", [*camera, *[ptr] * 5]),
+            ("project_backward", [*camera, *[ptr] * 8]),
+            ("sh_forward", [*sh, ptr]),
+            ("sh_backward", [*sh, *[ptr] * 4]),
+        ):
+            function = getattr(handle, f"splat_{name}_{suffix}")
+            function.argtypes, function.restype = args, None
+        count = getattr(handle, f"splat_bin_count_{suffix}")
+        count.argtypes, count.restype = [ptr, ptr, i64, i64, *grid, ptr], i64
+        fill = getattr(handle, f"splat_bin_fill_{suffix}")
+        fill.argtypes, fill.restype = [ptr, ptr, ptr, i64, i64, *grid, ptr, ptr, ptr, ptr], None
+        forward = getattr(handle, f"splat_forward_{suffix}")
+        forward.argtypes, forward.restype = [*scene, ptr, ptr, ptr], None
+        backward = getattr(handle, f"splat_backward_{suffix}")
+        backward.argtypes, backward.restype = [*scene, *[ptr] * 9], None
+
+
+def load_library(log: Optional[Callable[[str], None]] = None) -> Library:
+    """The compiled rasterizer, built on first use (``log`` hears about a compile).
+
+    Raises BuildError, naming the reason, when it cannot be built or loaded; the failure is
+    remembered, so a process tries only once.
+    """
+    global _LOADED, _FAILED
+    with _LOCK:
+        if _LOADED is not None:
+            return _LOADED
+        if _FAILED is not None:
+            raise _FAILED
+        try:
+            _LOADED = _load(log)
+        except BuildError as error:
+            _FAILED = error
+            raise
+        return _LOADED
+
+
+def _load(log: Optional[Callable[[str], None]]) -> Library:
+    path = library_path()
+    built = not path.is_file()
+    if built:
+        if log is not None:
+            log(f"compiling the CPU rasterizer (first use, a few seconds) into {path.parent}")
+        _compile(path)
+    try:
+        handle = ctypes.CDLL(str(path))
+        _declare(handle)
+    except (OSError, AttributeError) as error:
+        raise BuildError(f"loading {path} failed: {error}") from None
+    return Library(handle, path, built)
+

@@ -1,0 +1,52 @@
+// Shared helpers of the CPU rasterizer's sources (see rasterize.cpp and project.cpp).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <system_error>
+#include <thread>
+
+namespace splat {
+
+constexpr double kAlphaThreshold = 1.0 / 255.0;
+
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
+// AVX-512, AVX2 and baseline builds of a function, picked once when the library is loaded.
+#define SPLAT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define SPLAT_CLONES
+#endif
+
+// Runs body(i) for i in [0, n) on up to `threads` threads, which take indices from a shared
+// counter (dynamic scheduling); the calling thread is one of them. Helpers are detached and the
+// caller waits only for the indices taken, so on a busy machine a helper that has not started
+// yet costs nothing: it later finds no work and exits (touching only the shared counters).
+template <typename F>
+void parallel_for(int64_t n, int threads, F&& body) {
+    struct State {
+        std::atomic<int64_t> next{0}, done{0};
+        int64_t n = 0;
+        std::function<void(int64_t)> task;
+    };
+    auto state = std::make_shared<State>();
+    state->n = n;
+    state->task = std::ref(body);
+    auto work = [](const std::shared_ptr<State>& st) {
+        for (int64_t i = st->next.fetch_add(1); i < st->n; i = st->next.fetch_add(1)) {
+            st->task(i);
+            st->done.fetch_add(1, std::memory_order_release);
+        }
+    };
+    const int helpers = static_cast<int>(std::min<int64_t>(threads, n)) - 1;
+    try {
+        for (int t = 0; t < helpers; ++t) std::thread(work, state).detach();
+    } catch (const std::system_error&) {  // no more threads: the caller does the rest
+    }
+    work(state);
+    while (state->done.load(std::memory_order_acquire) < n) std::this_thread::yield();
+}
+
+}  // namespace splat

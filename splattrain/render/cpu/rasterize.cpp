@@ -1,0 +1,515 @@
+// Tile binning and per-pixel compositing (forward and backward) of projected 2D Gaussians on
+// the CPU, with gsplat's rules. Plain C ABI, loaded with ctypes by splattrain/render/cpu;
+// tensors arrive as raw pointers to contiguous arrays.
+//
+// Threads take tiles from a shared counter (dynamic scheduling). A tile walks its depth-sorted
+// list once, Gaussian by Gaussian, updating a tile row's pixels at once (kLanes pixels, a loop
+// the compiler vectorises; x86-64 builds carry AVX2 and AVX-512 clones picked at load time).
+// Only the rows and lane groups the Gaussian's ellipse can reach at the alpha threshold are
+// visited, so the work follows the Gaussians' footprints. The backward pass walks each list
+// back to front like gsplat's CUDA kernel, rebuilding transmittance by division, and writes one
+// gradient row per intersection; rows are summed per Gaussian in list order afterwards, so
+// results do not depend on the thread count.
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "common.h"
+
+namespace {
+
+using splat::kAlphaThreshold;
+using splat::parallel_for;
+
+constexpr double kAlphaMax = 0.999;
+constexpr double kTransmittanceMin = 1e-4;
+// Extra Mahalanobis slack when cutting a Gaussian's reach, far above rounding error, so every
+// pixel the exact per-pixel test would accept is visited.
+constexpr double kReachMargin = 0.05;
+// How many list entries ahead a tile fetches Gaussians into the cache.
+constexpr int kPrefetch = 4;
+// Pixels of a tile row processed together (one AVX-512 register of floats, two AVX2 ones).
+constexpr int kLanes = 16;
+
+// exp(x) for x <= 0 (clamped to [-87, 0]): Cephes' single-precision polynomial, about 1 ulp,
+// written so that loops calling it vectorise.
+[[gnu::always_inline]] inline float exp_neg(float x) {
+    x = std::min(std::max(x, -87.0f), 0.0f);
+    const int n = static_cast<int>(x * 1.44269504088896341f - 0.5f);
+    const float nf = static_cast<float>(n);
+    const float r = (x - nf * 0.693359375f) + nf * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const float y = p * r * r + r + 1.0f;
+    const int32_t bits = (n + 127) << 23;
+    float scale;
+    std::memcpy(&scale, &bits, sizeof scale);
+    return y * scale;
+}
+
+[[gnu::always_inline]] inline double exp_neg(double x) { return std::exp(std::min(x, 0.0)); }
+
+// Tile rectangle [x0, x1) x [y0, y1) of a projected Gaussian, as the PyTorch backend computes it.
+template <typename S>
+int64_t tile_rect(const S* mean, const int32_t* radius, int tile_size, int tiles_x, int tiles_y,
+                  int64_t* rect) {
+    if (radius[0] <= 0 || radius[1] <= 0) return 0;
+    const S size = static_cast<S>(tile_size);
+    const int64_t lim[2] = {tiles_x, tiles_y};
+    for (int axis = 0; axis < 2; ++axis) {
+        const S r = static_cast<S>(radius[axis]);
+        int64_t lo = static_cast<int64_t>(std::floor((mean[axis] - r) / size));
+        int64_t hi = static_cast<int64_t>(std::ceil((mean[axis] + r) / size));
+        rect[axis] = std::min(std::max<int64_t>(lo, 0), lim[axis]);
+        rect[axis + 2] = std::min(std::max<int64_t>(hi, 0), lim[axis]);
+    }
+    return (rect[2] - rect[0]) * (rect[3] - rect[1]);
+}
+
+template <typename S>
+int64_t bin_count(const S* means2d, const int32_t* radii, int64_t n_cams, int64_t n_gauss,
+                  int tile_size, int tiles_x, int tiles_y, int32_t* tiles_per_gauss) {
+    int64_t total = 0;
+    int64_t rect[4];
+    for (int64_t i = 0; i < n_cams * n_gauss; ++i) {
+        int64_t count = tile_rect(means2d + 2 * i, radii + 2 * i, tile_size, tiles_x, tiles_y, rect);
+        tiles_per_gauss[i] = static_cast<int32_t>(count);
+        total += count;
+    }
+    return total;
+}
+
+// Fills gsplat's isect_ids / flatten_ids / isect_offsets from the counts bin_count left in
+// tiles_per_gauss. Gaussians are radix-sorted by the float bits of their depth (stable, so ties
+// keep flat-index order) and appended to their tiles in that order: the PyTorch backend's stable
+// sort by (camera, tile, depth) keys, without sorting every tile.
+template <typename S>
+void bin_fill(const S* means2d, const int32_t* radii, const float* depths, int64_t n_cams,
+              int64_t n_gauss, int tile_size, int tiles_x, int tiles_y, const int32_t* tiles_per_gauss,
+              int64_t* isect_ids, int32_t* flatten_ids, int32_t* offsets) {
+    const int64_t tiles = static_cast<int64_t>(tiles_x) * tiles_y;
+    const int64_t n_lists = n_cams * tiles;
+    auto depth_bits = [&](int32_t id) {
+        uint32_t bits;
+        std::memcpy(&bits, depths + id, sizeof bits);
+        return bits;
+    };
+    std::vector<int32_t> order, scratch;
+    for (int64_t i = 0; i < n_cams * n_gauss; ++i)
+        if (tiles_per_gauss[i] > 0) order.push_back(static_cast<int32_t>(i));
+    scratch.resize(order.size());
+    constexpr int kDigitBits = 11;
+    for (int shift = 0; shift < 32; shift += kDigitBits) {
+        std::vector<size_t> start((1 << kDigitBits) + 1, 0);
+        for (int32_t id : order) ++start[((depth_bits(id) >> shift) & ((1 << kDigitBits) - 1)) + 1];
+        for (size_t d = 1; d < start.size(); ++d) start[d] += start[d - 1];
+        for (int32_t id : order) scratch[start[(depth_bits(id) >> shift) & ((1 << kDigitBits) - 1)]++] = id;
+        order.swap(scratch);
+    }
+    std::vector<int64_t> cursor(n_lists + 1, 0);
+    int64_t rect[4];
+    for (int32_t id : order) {
+        tile_rect(means2d + 2 * id, radii + 2 * id, tile_size, tiles_x, tiles_y, rect);
+        const int64_t base = (id / n_gauss) * tiles;
+        for (int64_t ty = rect[1]; ty < rect[3]; ++ty)
+            for (int64_t tx = rect[0]; tx < rect[2]; ++tx) ++cursor[base + ty * tiles_x + tx + 1];
+    }
+    for (int64_t t = 0; t < n_lists; ++t) {
+        cursor[t + 1] += cursor[t];
+        offsets[t] = static_cast<int32_t>(cursor[t]);
+    }
+    int tile_bits = 0;
+    while ((int64_t{1} << tile_bits) <= tiles) ++tile_bits;
+    for (int32_t id : order) {
+        tile_rect(means2d + 2 * id, radii + 2 * id, tile_size, tiles_x, tiles_y, rect);
+        const int64_t cam = id / n_gauss;
+        const int64_t bits = depth_bits(id);
+        for (int64_t ty = rect[1]; ty < rect[3]; ++ty) {
+            for (int64_t tx = rect[0]; tx < rect[2]; ++tx) {
+                const int64_t tile = ty * tiles_x + tx;
+                const int64_t k = cursor[cam * tiles + tile]++;
+                flatten_ids[k] = id;
+                isect_ids[k] = (cam << (tile_bits + 32)) | (tile << 32) | bits;
+            }
+        }
+    }
+}
+
+// The shared inputs of the compositing passes.
+template <typename S>
+struct Scene {
+    const S* means2d;            // [C * N, 2]
+    const S* conics;             // [C * N, 3]
+    const S* opacities;          // [C * N]
+    const S* colors;             // [C * N, D]
+    const int32_t* offsets;      // [C * tiles]
+    const int32_t* flatten_ids;  // [M]
+    int64_t n_isects, n_cams, n_splats;  // n_splats = C * N
+    int width, height, tile_size, tiles_x, tiles_y, channels;
+    const double* reach = nullptr;  // [C * N, 2], from find_reach
+};
+
+// Half extents (y, x) in pixels of the ellipse where each Gaussian's alpha can still reach the
+// threshold: sigma <= log(opacity / threshold) + margin. -1 when it reaches no pixel, infinite
+// when its conic is degenerate (then whole tiles are visited).
+template <typename S>
+std::vector<double> find_reach(const Scene<S>& s) {
+    std::vector<double> reach(2 * s.n_splats, -1.0);
+    for (int64_t i = 0; i < s.n_splats; ++i) {
+        const double a = s.conics[3 * i], b = s.conics[3 * i + 1], c = s.conics[3 * i + 2];
+        const double opacity = s.opacities[i];
+        // alpha = opacity * exp(-sigma) <= opacity: faint Gaussians never pass the threshold.
+        if (!(opacity >= static_cast<S>(kAlphaThreshold)) || !std::isfinite(s.means2d[2 * i]) ||
+            !std::isfinite(s.means2d[2 * i + 1]))
+            continue;
+        const double det = a * c - b * b;
+        const double level = std::log(opacity / kAlphaThreshold) + kReachMargin;
+        const bool ellipse = a > 0 && det > 0;
+        reach[2 * i] = ellipse ? std::sqrt(2.0 * level * a / det) : HUGE_VAL;
+        reach[2 * i + 1] = ellipse ? std::sqrt(2.0 * level * c / det) : HUGE_VAL;
+    }
+    return reach;
+}
+
+// A tile: its list range and pixel block. Pixel p = row * pitch + column; rows are padded to
+// whole lane groups.
+template <typename S>
+struct Tile {
+    int64_t cam, start, end;
+    int x0, y0, w, h, pitch, size;
+
+    Tile(const Scene<S>& s, int64_t index) {
+        const int64_t tiles = static_cast<int64_t>(s.tiles_x) * s.tiles_y;
+        cam = index / tiles;
+        const int64_t local = index % tiles;
+        start = s.offsets[index];
+        end = index + 1 < s.n_cams * tiles ? s.offsets[index + 1] : s.n_isects;
+        x0 = static_cast<int>(local % s.tiles_x) * s.tile_size;
+        y0 = static_cast<int>(local / s.tiles_x) * s.tile_size;
+        w = std::min(s.tile_size, s.width - x0);
+        h = std::min(s.tile_size, s.height - y0);
+        pitch = (s.tile_size + kLanes - 1) / kLanes * kLanes;
+        size = pitch * s.tile_size;
+    }
+
+    bool inside(int p) const { return p / pitch < h && p % pitch < w; }
+    int64_t pixel(const Scene<S>& s, int p) const {
+        return (cam * s.height + y0 + p / pitch) * s.width + x0 + p % pitch;
+    }
+};
+
+// A Gaussian seen from a tile: its parameters and the rows / lane groups it can reach.
+template <typename S>
+struct Splat {
+    S mx, my, a, b, c, opacity;
+    const S* rgb;
+    int r0, r1, g0, g1;
+
+    // Starts fetching the data of Gaussian `id` into the cache.
+    [[gnu::always_inline]] static void prefetch(const Scene<S>& s, int64_t id) {
+        __builtin_prefetch(s.reach + 2 * id);
+        __builtin_prefetch(s.means2d + 2 * id);
+        __builtin_prefetch(s.conics + 3 * id);
+        __builtin_prefetch(s.opacities + id);
+        __builtin_prefetch(s.colors + id * s.channels);
+    }
+
+    // False when the Gaussian reaches no pixel of the tile.
+    [[gnu::always_inline]] bool load(const Scene<S>& s, const Tile<S>& t, int64_t id) {
+        const double reach_y = s.reach[2 * id], reach_x = s.reach[2 * id + 1];
+        if (reach_y < 0) return false;
+        mx = s.means2d[2 * id];
+        my = s.means2d[2 * id + 1];
+        const double y = static_cast<double>(my) - t.y0 - 0.5, x = static_cast<double>(mx) - t.x0 - 0.5;
+        r0 = static_cast<int>(std::max(0.0, std::ceil(y - reach_y)));
+        r1 = static_cast<int>(std::min(t.h - 1.0, std::floor(y + reach_y)));
+        const double c0 = std::max(0.0, std::ceil(x - reach_x));
+        const double c1 = std::min(t.w - 1.0, std::floor(x + reach_x));
+        if (r0 > r1 || c0 > c1) return false;
+        g0 = static_cast<int>(c0) / kLanes;
+        g1 = static_cast<int>(c1) / kLanes;
+        a = s.conics[3 * id];
+        b = s.conics[3 * id + 1];
+        c = s.conics[3 * id + 2];
+        opacity = s.opacities[id];
+        rgb = s.colors + id * s.channels;
+        return true;
+    }
+};
+
+// Per-thread pixel state of a tile, reused across tiles.
+template <typename S>
+struct Buffers {
+    std::vector<S> trans, color, v_color, v_trans, behind, sums;
+    std::vector<int32_t> last, done;
+};
+
+template <typename S>
+Buffers<S>& buffers() {
+    thread_local Buffers<S> b;
+    return b;
+}
+
+// kD: the channel count when fixed at compile time (the common 3 and 4), else 0.
+template <int kD, typename S>
+[[gnu::always_inline]] inline void forward_tile(const Scene<S>& s, int64_t index, S* render, S* trans_out,
+                                                int32_t* last_out) {
+    const Tile<S> t(s, index);
+    const int D = kD > 0 ? kD : s.channels;
+    const size_t n = t.size;
+    Buffers<S>& buf = buffers<S>();
+    buf.trans.assign(n, S(1));
+    buf.color.assign(n * D, S(0));
+    buf.last.assign(n, -1);
+    buf.done.resize(n);
+    for (int p = 0; p < t.size; ++p) buf.done[p] = !t.inside(p);
+    S* __restrict trans = buf.trans.data();
+    S* __restrict color = buf.color.data();
+    int32_t* __restrict last = buf.last.data();
+    int32_t* __restrict done = buf.done.data();
+    int alive = t.w * t.h;
+    alignas(64) int32_t stops[kLanes];
+    Splat<S> g;
+    for (int64_t k = t.start; k < t.end && alive > 0; ++k) {
+        if (k + kPrefetch < t.end) Splat<S>::prefetch(s, s.flatten_ids[k + kPrefetch]);
+        if (!g.load(s, t, s.flatten_ids[k])) continue;
+        std::fill(stops, stops + kLanes, 0);
+        for (int r = g.r0; r <= g.r1; ++r) {
+            const S dy = g.my - (static_cast<S>(t.y0 + r) + S(0.5));
+            for (int group = g.g0; group <= g.g1; ++group) {
+                const int p0 = r * t.pitch + group * kLanes;
+                const S x_first = static_cast<S>(t.x0 + group * kLanes) + S(0.5);
+#pragma omp simd
+                for (int l = 0; l < kLanes; ++l) {
+                    const S dx = g.mx - (x_first + static_cast<S>(l));
+                    const S sigma = S(0.5) * (g.a * dx * dx + g.c * dy * dy) + g.b * dx * dy;
+                    const S alpha_raw = g.opacity * exp_neg(-sigma);
+                    const S alpha = std::min(alpha_raw, S(kAlphaMax));
+                    const S T = trans[p0 + l];
+                    const S next = T * (S(1) - alpha);
+                    const bool ok = (done[p0 + l] == 0) & (sigma >= S(0)) & (alpha_raw >= S(kAlphaThreshold));
+                    const bool stop = ok & (next <= S(kTransmittanceMin));
+                    const bool use = ok & !stop;
+                    const S weight = use ? alpha * T : S(0);
+                    trans[p0 + l] = use ? next : T;
+                    last[p0 + l] = use ? static_cast<int32_t>(k) : last[p0 + l];
+                    done[p0 + l] |= static_cast<int32_t>(stop);
+                    stops[l] += static_cast<int32_t>(stop);
+                    for (int d = 0; d < D; ++d) color[d * n + p0 + l] += weight * g.rgb[d];
+                }
+            }
+        }
+        for (int l = 0; l < kLanes; ++l) alive -= stops[l];
+    }
+    for (int p = 0; p < t.size; ++p) {
+        if (!t.inside(p)) continue;
+        const int64_t pixel = t.pixel(s, p);
+        trans_out[pixel] = trans[p];
+        last_out[pixel] = last[p];
+        for (int d = 0; d < D; ++d) render[pixel * D + d] = color[d * n + p];
+    }
+}
+
+// Writes the gradient rows [6 + D] (mean x, y, conic a, b, c, opacity, colours) of the tile's
+// intersections into grad_isect.
+template <int kD, typename S>
+[[gnu::always_inline]] inline void backward_tile(const Scene<S>& s, int64_t index, const S* trans_in,
+                                                 const int32_t* last_in, const S* grad_render,
+                                                 const S* grad_trans, S* grad_isect) {
+    const Tile<S> t(s, index);
+    const int D = kD > 0 ? kD : s.channels;
+    const int row = 6 + D;
+    const size_t n = t.size;
+    Buffers<S>& buf = buffers<S>();
+    buf.trans.assign(n, S(1));
+    buf.v_trans.assign(n, S(0));
+    buf.v_color.assign(n * D, S(0));
+    buf.behind.assign(n * D, S(0));
+    buf.last.assign(n, -1);
+    buf.sums.resize(static_cast<size_t>(row) * kLanes);
+    S* __restrict trans = buf.trans.data();
+    S* __restrict v_trans = buf.v_trans.data();
+    S* __restrict v_color = buf.v_color.data();
+    S* __restrict behind = buf.behind.data();
+    S* __restrict sums = buf.sums.data();
+    int32_t* __restrict last = buf.last.data();
+    int64_t k_max = -1;
+    for (int p = 0; p < t.size; ++p) {
+        if (!t.inside(p)) continue;
+        const int64_t pixel = t.pixel(s, p);
+        trans[p] = trans_in[pixel];
+        last[p] = last_in[pixel];
+        v_trans[p] = grad_trans[pixel] * trans_in[pixel];
+        for (int d = 0; d < D; ++d) v_color[d * n + p] = grad_render[pixel * D + d];
+        k_max = std::max<int64_t>(k_max, last[p]);
+    }
+    // Intersections behind every pixel's last contributor get zero rows.
+    std::fill(grad_isect + std::max(k_max + 1, t.start) * row, grad_isect + t.end * row, S(0));
+    Splat<S> g;
+    for (int64_t k = k_max; k >= t.start; --k) {
+        if (k - kPrefetch >= t.start) Splat<S>::prefetch(s, s.flatten_ids[k - kPrefetch]);
+        S* out = grad_isect + k * row;
+        std::fill(out, out + row, S(0));
+        if (!g.load(s, t, s.flatten_ids[k])) continue;
+        const int32_t k32 = static_cast<int32_t>(k);
+        std::fill(sums, sums + row * kLanes, S(0));
+        for (int r = g.r0; r <= g.r1; ++r) {
+            const S dy = g.my - (static_cast<S>(t.y0 + r) + S(0.5));
+            for (int group = g.g0; group <= g.g1; ++group) {
+                const int p0 = r * t.pitch + group * kLanes;
+                const S x_first = static_cast<S>(t.x0 + group * kLanes) + S(0.5);
+#pragma omp simd
+                for (int l = 0; l < kLanes; ++l) {
+                    const S dx = g.mx - (x_first + static_cast<S>(l));
+                    const S sigma = S(0.5) * (g.a * dx * dx + g.c * dy * dy) + g.b * dx * dy;
+                    const S vis = exp_neg(-sigma);
+                    const S alpha_raw = g.opacity * vis;
+                    const S alpha = std::min(alpha_raw, S(kAlphaMax));
+                    const bool ok = (k32 <= last[p0 + l]) & (sigma >= S(0)) & (alpha_raw >= S(kAlphaThreshold));
+                    const S ra = S(1) / (S(1) - alpha);
+                    const S T_after = trans[p0 + l];
+                    const S T = T_after * ra;  // transmittance in front of this Gaussian
+                    trans[p0 + l] = ok ? T : T_after;
+                    const S fac = ok ? alpha * T : S(0);
+                    const S ratio = ok ? ra : S(0);
+                    const S T_at = ok ? T : S(0);
+                    S v_alpha = ok ? -v_trans[p0 + l] * ra : S(0);
+                    for (int d = 0; d < D; ++d) {
+                        const S vr = v_color[d * n + p0 + l];
+                        const S back = behind[d * n + p0 + l];
+                        sums[(6 + d) * kLanes + l] += fac * vr;
+                        v_alpha += (g.rgb[d] * T_at - back * ratio) * vr;
+                        behind[d * n + p0 + l] = back + g.rgb[d] * fac;
+                    }
+                    // alpha clamped at kAlphaMax passes no gradient to sigma or opacity
+                    const bool smooth = ok & (alpha_raw <= S(kAlphaMax));
+                    const S v_sigma = smooth ? -alpha_raw * v_alpha : S(0);
+                    sums[l] += v_sigma * (g.a * dx + g.b * dy);
+                    sums[kLanes + l] += v_sigma * (g.b * dx + g.c * dy);
+                    sums[2 * kLanes + l] += S(0.5) * v_sigma * dx * dx;
+                    sums[3 * kLanes + l] += v_sigma * dx * dy;
+                    sums[4 * kLanes + l] += S(0.5) * v_sigma * dy * dy;
+                    sums[5 * kLanes + l] += smooth ? vis * v_alpha : S(0);
+                }
+            }
+        }
+        for (int j = 0; j < row; ++j) {
+            S total = S(0);
+            for (int l = 0; l < kLanes; ++l) total += sums[j * kLanes + l];
+            out[j] = total;
+        }
+    }
+}
+
+// Runs tile(index) with the channel count fixed at compile time when it is 3 or 4.
+#define SPLAT_BY_CHANNELS(call)                  \
+    switch (s.channels) {                        \
+        case 3: call(3); break;                  \
+        case 4: call(4); break;                  \
+        default: call(0);                        \
+    }
+
+SPLAT_CLONES void forward_tile_f32(const Scene<float>& s, int64_t index, float* render, float* trans,
+                                   int32_t* last) {
+#define SPLAT_FORWARD(D) forward_tile<D>(s, index, render, trans, last)
+    SPLAT_BY_CHANNELS(SPLAT_FORWARD)
+}
+
+SPLAT_CLONES void backward_tile_f32(const Scene<float>& s, int64_t index, const float* trans,
+                                    const int32_t* last, const float* grad_render,
+                                    const float* grad_trans, float* grad_isect) {
+#define SPLAT_BACKWARD(D) backward_tile<D>(s, index, trans, last, grad_render, grad_trans, grad_isect)
+    SPLAT_BY_CHANNELS(SPLAT_BACKWARD)
+}
+
+void forward_tile_any(const Scene<float>& s, int64_t i, float* r, float* t, int32_t* l) {
+    forward_tile_f32(s, i, r, t, l);
+}
+void forward_tile_any(const Scene<double>& s, int64_t i, double* r, double* t, int32_t* l) {
+    forward_tile<0>(s, i, r, t, l);
+}
+void backward_tile_any(const Scene<float>& s, int64_t i, const float* t, const int32_t* l,
+                       const float* gr, const float* gt, float* gi) {
+    backward_tile_f32(s, i, t, l, gr, gt, gi);
+}
+void backward_tile_any(const Scene<double>& s, int64_t i, const double* t, const int32_t* l,
+                       const double* gr, const double* gt, double* gi) {
+    backward_tile<0>(s, i, t, l, gr, gt, gi);
+}
+
+template <typename S>
+void composite_forward(Scene<S> s, int threads, S* render, S* trans, int32_t* last) {
+    const std::vector<double> reach = find_reach(s);
+    s.reach = reach.data();
+    parallel_for(s.n_cams * s.tiles_x * s.tiles_y, threads,
+                 [&](int64_t index) { forward_tile_any(s, index, render, trans, last); });
+}
+
+// Per-intersection gradient rows, then summed per Gaussian (the sums must start at zero).
+template <typename S>
+void composite_backward(Scene<S> s, int threads, const S* trans, const int32_t* last,
+                        const S* grad_render, const S* grad_trans, S* grad_isect, S* grad_means2d,
+                        S* grad_conics, S* grad_opacities, S* grad_colors) {
+    const int D = s.channels;
+    const std::vector<double> reach = find_reach(s);
+    s.reach = reach.data();
+    parallel_for(s.n_cams * s.tiles_x * s.tiles_y, threads, [&](int64_t index) {
+        backward_tile_any(s, index, trans, last, grad_render, grad_trans, grad_isect);
+    });
+    for (int64_t k = 0; k < s.n_isects; ++k) {
+        const int64_t id = s.flatten_ids[k];
+        const S* g = grad_isect + k * (6 + D);
+        grad_means2d[2 * id] += g[0];
+        grad_means2d[2 * id + 1] += g[1];
+        for (int j = 0; j < 3; ++j) grad_conics[3 * id + j] += g[2 + j];
+        grad_opacities[id] += g[5];
+        for (int d = 0; d < D; ++d) grad_colors[id * D + d] += g[6 + d];
+    }
+}
+
+}  // namespace
+
+#define SPLAT_EXPORTS(S, SUFFIX)                                                                   \
+    extern "C" int64_t splat_bin_count_##SUFFIX(const S* means2d, const int32_t* radii,           \
+                                                int64_t n_cams, int64_t n_gauss, int tile_size,    \
+                                                int tiles_x, int tiles_y, int32_t* tiles_per_gauss) { \
+        return bin_count(means2d, radii, n_cams, n_gauss, tile_size, tiles_x, tiles_y,             \
+                         tiles_per_gauss);                                                         \
+    }                                                                                              \
+    extern "C" void splat_bin_fill_##SUFFIX(                                                       \
+        const S* means2d, const int32_t* radii, const float* depths, int64_t n_cams,               \
+        int64_t n_gauss, int tile_size, int tiles_x, int tiles_y, const int32_t* tiles_per_gauss,  \
+        int64_t* isect_ids, int32_t* flatten_ids, int32_t* offsets) {                              \
+        bin_fill(means2d, radii, depths, n_cams, n_gauss, tile_size, tiles_x, tiles_y,            \
+                 tiles_per_gauss, isect_ids, flatten_ids, offsets);                                \
+    }                                                                                              \
+    extern "C" void splat_forward_##SUFFIX(                                                        \
+        const S* means2d, const S* conics, const S* opacities, const S* colors,                    \
+        const int32_t* offsets, const int32_t* flatten_ids, int64_t n_isects, int64_t n_cams,      \
+        int64_t n_splats,                                                                          \
+        int width, int height, int tile_size, int tiles_x, int tiles_y, int channels, int threads, \
+        S* render, S* trans, int32_t* last) {                                                      \
+        const Scene<S> s{means2d, conics, opacities, colors, offsets, flatten_ids, n_isects,       \
+                         n_cams, n_splats, width, height, tile_size, tiles_x, tiles_y, channels};  \
+        composite_forward(s, threads, render, trans, last);                                        \
+    }                                                                                              \
+    extern "C" void splat_backward_##SUFFIX(                                                       \
+        const S* means2d, const S* conics, const S* opacities, const S* colors,                    \
+        const int32_t* offsets, const int32_t* flatten_ids, int64_t n_isects, int64_t n_cams,      \
+        int64_t n_splats,                                                                          \
+        int width, int height, int tile_size, int tiles_x, int tiles_y, int channels, int threads, \
+        const S* trans, const int32_t* last, const S* grad_render, const S* grad_trans,            \
+        S* grad_isect, S* grad_means2d, S* grad_conics, S* grad_opacities, S* grad_colors) {       \
+        const Scene<S> s{means2d, conics, opacities, colors, offsets, flatten_ids, n_isects,       \
+                         n_cams, n_splats, width, height, tile_size, tiles_x, tiles_y, channels};  \
+        composite_backward(s, threads, trans, last, grad_render, grad_trans, grad_isect,           \
+                           grad_means2d, grad_conics, grad_opacities, grad_colors);                \
+    }
+
+SPLAT_EXPORTS(float, f32)
+SPLAT_EXPORTS(double, f64)

@@ -1,0 +1,303 @@
+"""The compiled CPU rasterizer: projection, SH colours, tile binning and compositing in C++.
+
+Each stage is a ``torch.autograd.Function`` (or a no-grad call) around the library built from
+``project.cpp`` and ``rasterize.cpp``, running on ``torch.get_num_threads()`` threads with
+hand-written backward passes. The rules, outputs and ``info`` are those of
+:func:`splattrain.render.torch_rasterizer.rasterize` and of ``sh_colors``, the references this
+backend is tested against. Gradients reach the Gaussians' parameters, colours and backgrounds,
+not the cameras.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from ..torch_rasterizer import Projection, TileIntersections
+from .build import load_library
+
+_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+
+
+def _fn(name: str, dtype: torch.dtype) -> Any:
+    """The library function ``splat_<name>`` for ``dtype``."""
+    if dtype not in _SUFFIX:
+        raise ValueError(f"the CPU rasterizer supports float32 and float64, not {dtype}")
+    return getattr(load_library().handle, f"splat_{name}_{_SUFFIX[dtype]}")
+
+
+def _ptrs(*tensors: Tensor) -> Tuple[int, ...]:
+    """Data pointers for a library call; the caller keeps the tensors alive until it returns."""
+    return tuple(t.data_ptr() for t in tensors)
+
+
+class _Project(torch.autograd.Function):
+    """EWA projection (``torch_rasterizer.project``'s rules); outputs radii, means2d, depths,
+    conics and opacities per camera."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, means: Tensor, quats: Tensor, scales: Tensor, opacities: Tensor,
+        viewmats: Tensor, Ks: Tensor, settings: Tuple[Any, ...],
+    ) -> Tuple[Tensor, ...]:
+        inputs = tuple(t.to(means.dtype).contiguous() for t in (means, quats, scales, opacities))
+        cams = tuple(t.to(means.dtype).contiguous() for t in (viewmats, Ks))
+        n_cams, n_gauss = viewmats.shape[0], means.shape[0]
+        radii = torch.empty(n_cams, n_gauss, 2, dtype=torch.int32)
+        outputs = (
+            means.new_empty(n_cams, n_gauss, 2),
+            means.new_empty(n_cams, n_gauss),
+            means.new_empty(n_cams, n_gauss, 3),
+            means.new_empty(n_cams, n_gauss),
+        )
+        _fn("project_forward", means.dtype)(
+            *_ptrs(*inputs, *cams), n_cams, n_gauss, *settings, torch.get_num_threads(),
+            *_ptrs(radii, *outputs),
+        )
+        ctx.save_for_backward(*inputs, *cams)
+        ctx.settings = settings
+        ctx.mark_non_differentiable(radii)
+        return (radii, *outputs)
+
+    @staticmethod
+    def backward(ctx: Any, _: Tensor, *grads: Tensor) -> Tuple[Optional[Tensor], ...]:
+        *inputs, viewmats, Ks = ctx.saved_tensors
+        grads = tuple(g.contiguous() for g in grads)
+        results = tuple(torch.zeros_like(t) for t in inputs)
+        _fn("project_backward", inputs[0].dtype)(
+            *_ptrs(*inputs, viewmats, Ks), viewmats.shape[0], inputs[0].shape[0], *ctx.settings,
+            torch.get_num_threads(), *_ptrs(*grads, *results),
+        )
+        return (*results, None, None, None)
+
+
+def project(
+    means: Tensor,
+    quats: Tensor,
+    scales: Tensor,
+    opacities: Tensor,
+    viewmats: Tensor,
+    Ks: Tensor,
+    width: int,
+    height: int,
+    *,
+    near_plane: float = 0.01,
+    far_plane: float = 1e10,
+    eps2d: float = 0.3,
+    antialiased: bool = False,
+) -> Projection:
+    """:func:`splattrain.render.torch_rasterizer.project` in C++ (no gradient to the cameras)."""
+    settings = (width, height, near_plane, far_plane, eps2d, int(antialiased))
+    radii, means2d, depths, conics, opacities_out = _Project.apply(
+        means, quats, scales, opacities, viewmats, Ks, settings
+    )
+    return Projection(radii, means2d, depths, conics, opacities_out)
+
+
+class _SHColors(torch.autograd.Function):
+    """View-dependent colours from SH coefficients, split as the model stores them."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, means: Tensor, sh0: Tensor, shN: Tensor, viewmats: Tensor, degree: int
+    ) -> Tensor:
+        inputs = tuple(t.to(means.dtype).contiguous() for t in (means, sh0, shN))
+        viewmats = viewmats.to(means.dtype).contiguous()
+        n_cams, n_gauss = viewmats.shape[0], means.shape[0]
+        colors = means.new_empty(n_cams, n_gauss, 3)
+        _fn("sh_forward", means.dtype)(
+            *_ptrs(*inputs), shN.shape[1], viewmats.data_ptr(), n_cams, n_gauss, degree,
+            torch.get_num_threads(), colors.data_ptr(),
+        )
+        ctx.save_for_backward(*inputs, viewmats)
+        ctx.degree = degree
+        return colors
+
+    @staticmethod
+    def backward(ctx: Any, grad_colors: Tensor) -> Tuple[Optional[Tensor], ...]:
+        means, sh0, shN, viewmats = ctx.saved_tensors
+        results = tuple(torch.zeros_like(t) for t in (means, sh0, shN))
+        grad_colors = grad_colors.contiguous()
+        _fn("sh_backward", means.dtype)(
+            *_ptrs(means, sh0, shN), shN.shape[1], viewmats.data_ptr(), viewmats.shape[0],
+            means.shape[0], ctx.degree, torch.get_num_threads(), *_ptrs(grad_colors, *results),
+        )
+        return (*results, None, None)
+
+
+def sh_colors(means: Tensor, sh0: Tensor, shN: Tensor, viewmats: Tensor, degree: int) -> Tensor:
+    """RGB per camera [C, N, 3] from SH up to ``degree`` (0-4), as gsplat evaluates it:
+    SH of the direction from the camera centre to the mean, plus 0.5, clamped at 0.
+
+    ``sh0`` [N, 1, 3] and ``shN`` [N, K - 1, 3] hold the coefficients, K >= (degree + 1)^2.
+    """
+    if not 0 <= degree <= 4 or (degree + 1) ** 2 > 1 + shN.shape[1]:
+        raise ValueError(f"SH degree {degree} needs (degree + 1)^2 <= {1 + shN.shape[1]} coefficients and degree <= 4")
+    return _SHColors.apply(means, sh0, shN, viewmats, degree)
+
+
+@torch.no_grad()
+def intersect_tiles(
+    means2d: Tensor, radii: Tensor, depths: Tensor, width: int, height: int, tile_size: int
+) -> TileIntersections:
+    """Bin projected Gaussians into tiles, each list sorted front to back (gsplat's layout).
+
+    Same result as :func:`splattrain.render.torch_rasterizer.intersect_tiles`.
+    """
+    n_cams, n_gauss = depths.shape
+    tile_width, tile_height = math.ceil(width / tile_size), math.ceil(height / tile_size)
+    means2d, radii = means2d.contiguous(), radii.int().contiguous()
+    depths = depths.float().contiguous()
+    tiles_per_gauss = torch.empty(n_cams, n_gauss, dtype=torch.int32)
+    grid = (tile_size, tile_width, tile_height)
+    n_isects = _fn("bin_count", means2d.dtype)(
+        *_ptrs(means2d, radii), n_cams, n_gauss, *grid, tiles_per_gauss.data_ptr()
+    )
+    isect_ids = torch.empty(n_isects, dtype=torch.int64)
+    flatten_ids = torch.empty(n_isects, dtype=torch.int32)
+    offsets = torch.empty(n_cams, tile_height, tile_width, dtype=torch.int32)
+    _fn("bin_fill", means2d.dtype)(
+        *_ptrs(means2d, radii, depths), n_cams, n_gauss, *grid,
+        *_ptrs(tiles_per_gauss, isect_ids, flatten_ids, offsets),
+    )
+    return TileIntersections(
+        tile_size, tile_width, tile_height, tiles_per_gauss, isect_ids, flatten_ids, offsets
+    )
+
+
+def _scene_args(
+    tensors: Tuple[Tensor, ...], isects: TileIntersections, width: int, height: int
+) -> Tuple[Any, ...]:
+    """The leading arguments shared by the forward and backward library calls."""
+    means2d, conics, opacities, colors = tensors
+    return (
+        means2d.data_ptr(), conics.data_ptr(), opacities.data_ptr(), colors.data_ptr(),
+        isects.isect_offsets.data_ptr(), isects.flatten_ids.data_ptr(),
+        isects.flatten_ids.numel(), means2d.shape[0], means2d.shape[0] * means2d.shape[1],
+        width, height,
+        isects.tile_size, isects.tile_width, isects.tile_height, colors.shape[-1],
+        torch.get_num_threads(),
+    )
+
+
+class _Composite(torch.autograd.Function):
+    """Per-pixel front-to-back compositing in C++, with its hand-written backward.
+
+    Inputs: means2d [C, N, 2], conics [C, N, 3], opacities [C, N], colors [C, N, D] and the
+    tile intersections. Outputs: colours [C, H, W, D] (no background) and final
+    transmittances [C, H, W, 1].
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, means2d: Tensor, conics: Tensor, opacities: Tensor, colors: Tensor,
+        isects: TileIntersections, width: int, height: int,
+    ) -> Tuple[Tensor, Tensor]:
+        tensors = tuple(t.to(means2d.dtype).contiguous() for t in (means2d, conics, opacities, colors))
+        n_cams, channels = means2d.shape[0], colors.shape[-1]
+        render = means2d.new_empty(n_cams, height, width, channels)
+        trans = means2d.new_empty(n_cams, height, width, 1)
+        last = torch.empty(n_cams, height, width, dtype=torch.int32)
+        _fn("forward", means2d.dtype)(
+            *_scene_args(tensors, isects, width, height),
+            render.data_ptr(), trans.data_ptr(), last.data_ptr(),
+        )
+        ctx.save_for_backward(*tensors, trans, last)
+        ctx.isects, ctx.size = isects, (width, height)
+        return render, trans
+
+    @staticmethod
+    def backward(ctx: Any, grad_render: Tensor, grad_trans: Tensor) -> Tuple[Optional[Tensor], ...]:
+        *tensors, trans, last = ctx.saved_tensors
+        isects: TileIntersections = ctx.isects
+        grads = [torch.zeros_like(t) for t in tensors]
+        rows = tensors[3].shape[-1] + 6
+        grad_isect = tensors[0].new_empty(isects.flatten_ids.numel(), rows)
+        grad_render, grad_trans = grad_render.contiguous(), grad_trans.contiguous()
+        _fn("backward", tensors[0].dtype)(
+            *_scene_args(tuple(tensors), isects, *ctx.size),
+            trans.data_ptr(), last.data_ptr(), grad_render.data_ptr(), grad_trans.data_ptr(),
+            grad_isect.data_ptr(), *(g.data_ptr() for g in grads),
+        )
+        return (*grads, None, None, None)
+
+
+def composite(
+    proj: Projection,
+    colors: Tensor,
+    width: int,
+    height: int,
+    *,
+    tile_size: int = 16,
+    backgrounds: Optional[Tensor] = None,
+) -> Tuple[Tensor, Tensor, Dict[str, Any]]:
+    """Bin projected Gaussians into tiles and composite ``colors`` [C, N, D] front to back:
+    the second half of :func:`rasterize`, with the same outputs."""
+    n_cams = proj.means2d.shape[0]
+    isects = intersect_tiles(proj.means2d.detach(), proj.radii, proj.depths.detach(), width, height, tile_size)
+    render, trans = _Composite.apply(
+        proj.means2d, proj.conics, proj.opacities, colors, isects, width, height
+    )
+    if backgrounds is not None:
+        render = render + trans * backgrounds[:, None, None, :]
+    info = {
+        "batch_ids": None,
+        "camera_ids": None,
+        "gaussian_ids": None,
+        "radii": proj.radii,
+        "means2d": proj.means2d,
+        "depths": proj.depths,
+        "conics": proj.conics,
+        "opacities": proj.opacities,
+        "tile_width": isects.tile_width,
+        "tile_height": isects.tile_height,
+        "tiles_per_gauss": isects.tiles_per_gauss,
+        "isect_ids": isects.isect_ids,
+        "flatten_ids": isects.flatten_ids,
+        "isect_offsets": isects.isect_offsets,
+        "width": width,
+        "height": height,
+        "tile_size": tile_size,
+        "n_batches": 1,
+        "n_cameras": n_cams,
+    }
+    return render, 1.0 - trans, info
+
+
+def rasterize(
+    means: Tensor,
+    quats: Tensor,
+    scales: Tensor,
+    opacities: Tensor,
+    colors: Tensor,
+    viewmats: Tensor,
+    Ks: Tensor,
+    width: int,
+    height: int,
+    *,
+    near_plane: float = 0.01,
+    far_plane: float = 1e10,
+    eps2d: float = 0.3,
+    tile_size: int = 16,
+    rasterize_mode: str = "classic",
+    backgrounds: Optional[Tensor] = None,
+) -> Tuple[Tensor, Tensor, Dict[str, Any]]:
+    """Render Gaussians into C pinhole cameras on the CPU; the arguments, outputs and ``info``
+    of :func:`splattrain.render.torch_rasterizer.rasterize`. Tensors must be float32 or
+    float64 on the CPU; the library is compiled on first use (see ``build.load_library``).
+    """
+    if rasterize_mode not in ("classic", "antialiased"):
+        raise ValueError(f"rasterize_mode must be 'classic' or 'antialiased', not {rasterize_mode!r}")
+    if means.device.type != "cpu":
+        raise ValueError(f"the CPU rasterizer needs CPU tensors, not {means.device}")
+    proj = project(
+        means, quats, scales, opacities, viewmats, Ks, width, height,
+        near_plane=near_plane, far_plane=far_plane, eps2d=eps2d,
+        antialiased=rasterize_mode == "antialiased",
+    )
+    if colors.dim() == 2:
+        colors = colors.expand(viewmats.shape[0], -1, -1)
+    return composite(proj, colors, width, height, tile_size=tile_size, backgrounds=backgrounds)

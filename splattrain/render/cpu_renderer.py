@@ -1,0 +1,64 @@
+"""The compiled CPU backend (``renderer.type: cpu``), and what ``auto`` picks on the CPU."""
+
+from __future__ import annotations
+
+from typing import Callable, List, Optional
+
+import torch
+from torch import Tensor
+
+from ..cameras import Camera, stack_cameras
+from ..errors import ConfigError
+from ..model.gaussians import GaussianModel
+from ..registry import RENDERERS
+from .base import RenderResult
+from .cpu import BuildError, composite, load_library, project, sh_colors
+from .splat_renderers import Renderer
+
+Message = Optional[Callable[[str], None]]
+
+
+@RENDERERS.register("cpu", aliases=("CpuRenderer",))
+class CpuRenderer(Renderer):
+    """Compiled C++ rasterizer for the CPU, all cores (built on first use; needs a C++ compiler)."""
+
+    def render(self, model: GaussianModel, cameras: List[Camera], sh_degree: int, background: Tensor) -> RenderResult:
+        viewmats, Ks, width, height = stack_cameras(cameras)
+        C = viewmats.shape[0]
+        colors = sh_colors(model.means, model.params["sh0"], model.params["shN"], viewmats, sh_degree)
+        proj = project(
+            model.means, model.quats, model.scales, model.opacities, viewmats, Ks, width, height,
+            near_plane=self.near_plane, far_plane=self.far_plane, eps2d=self.eps2d,
+            antialiased=self.rasterize_mode == "antialiased",
+        )
+        features = torch.cat([colors, proj.depths[..., None]], dim=-1)  # [C, N, 4]: RGB + depth
+        backgrounds = torch.cat([background.expand(C, 3), background.new_zeros(C, 1)], dim=-1)
+        render, alpha, info = composite(
+            proj, features, width, height, tile_size=self.tile_size, backgrounds=backgrounds
+        )
+        depth = render[..., 3:] / alpha.clamp_min(1e-10)
+        return RenderResult(rgb=render[..., :3], alpha=alpha, depth=depth, info=info)
+
+
+def auto_cpu_backend(device: torch.device, log: Message = None, warn: Message = None) -> str:
+    """What ``renderer.type: auto`` means off CUDA: ``cpu`` when the compiled rasterizer builds
+    (``log`` hears about a first-use compile), else ``torch`` after one ``warn`` naming why."""
+    if device.type != "cpu":
+        return "torch"
+    try:
+        load_library(log)
+    except BuildError as error:
+        if warn is not None:
+            warn(f"using the slower PyTorch renderer: the compiled CPU rasterizer is unavailable ({error})")
+        return "torch"
+    return "cpu"
+
+
+def require_cpu_backend(device: torch.device, log: Message = None) -> None:
+    """Build (or load) the compiled rasterizer for ``renderer.type: cpu``; ConfigError if it cannot."""
+    if device.type != "cpu":
+        raise ConfigError(f"renderer.type 'cpu' runs on the CPU, but the run uses '{device}'; use 'auto'")
+    try:
+        load_library(log)
+    except BuildError as error:
+        raise ConfigError(f"renderer.type 'cpu' is unavailable: {error}; use 'torch' or 'auto'") from None
