@@ -6,7 +6,9 @@ import argparse
 import signal
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
+
+from rich.markup import escape
 
 from .errors import UserError
 
@@ -22,22 +24,39 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--config", required=True, help="YAML config file (see configs/)")
     fit.add_argument("--resume", nargs="?", const="latest", default=None, metavar="PATH",
                      help="continue from a checkpoint (default: ckpt/last.pt in the run directory)")
-    fit.add_argument("--dry-run", action="store_true", help="build everything, print the hooks and config, exit")
-    fit.add_argument("--quiet", action="store_true", help="show only warnings and errors")
-    fit.add_argument("--verbose", action="store_true", help="show debug lines too")
+    fit.add_argument("--dry-run", action="store_true",
+                     help="build everything, check the writers, print the hooks, writers and config, exit")
+    loudness = fit.add_mutually_exclusive_group()
+    loudness.add_argument("--quiet", action="store_true", help="show only warnings and errors (log.txt gets everything)")
+    loudness.add_argument("--verbose", action="store_true", help="also show debug lines and the hook table")
     fit.add_argument("overrides", nargs="*", metavar="dotted.key=value", help="config overrides")
+    target_help = "a run directory (its newest checkpoint) or a checkpoint file"
+    ev = sub.add_parser("eval", help="score a trained scene on its test views")
+    ev.add_argument("target", metavar="RUN_DIR|CKPT", help=target_help)
+    ev.add_argument("--split", choices=["test", "train"], default="test")
+    ev.add_argument("--out", help="output folder (default RUN_DIR/eval/step_XXXXXX)")
+    ev.add_argument("--save-renders", action="store_true", help="also write the rendered views as PNGs")
+    ev.add_argument("--device", default="auto")
+    rd = sub.add_parser("render", help="render frames and an animation of a trained scene")
+    rd.add_argument("target", metavar="RUN_DIR|CKPT", help=target_help)
+    rd.add_argument("--path", choices=["test", "orbit"], default="test", help="test cameras or an orbit")
+    rd.add_argument("--frames", type=int, default=60, help="frames in an orbit")
+    rd.add_argument("--fps", type=int, default=15)
+    rd.add_argument("--out", help="output folder (default RUN_DIR/renders/<path>_step_XXXXXX)")
+    rd.add_argument("--device", default="auto")
+    ex = sub.add_parser("export", help="write a trained scene as .ply or .splat")
+    ex.add_argument("target", metavar="RUN_DIR|CKPT", help=target_help)
+    ex.add_argument("--format", choices=["ply", "splat"], default="ply")
+    ex.add_argument("--out", help="output file (default RUN_DIR/export/step_XXXXXX.<format>)")
+    ex.add_argument("--world-frame", choices=["normalized", "original"], default=None,
+                    help="'original' undoes the scene normalisation applied at load (default: export.world_frame)")
+    sc = sub.add_parser("schedule", help="print (or plot) the learning rates and SH degree a config will use")
+    sc.add_argument("--config", required=True, help="YAML config file (see configs/)")
+    sc.add_argument("--out", help="also plot every curve to this PNG file")
+    sc.add_argument("overrides", nargs="*", metavar="dotted.key=value", help="config overrides")
     lst = sub.add_parser("list", help="list registered hooks, writers, datasets or renderers")
     lst.add_argument("what", choices=["hooks", "writers", "datasets", "renderers"])
     return parser
-
-
-def _resume_path(arg: Optional[str], run_dir: Path) -> Optional[Path]:
-    if arg is None:
-        return None
-    path = run_dir / "ckpt" / "last.pt" if arg == "latest" else Path(arg)
-    if not path.is_file():
-        raise UserError(f"--resume: checkpoint '{path}' not found")
-    return path
 
 
 def _fit(args: argparse.Namespace) -> int:
@@ -47,16 +66,67 @@ def _fit(args: argparse.Namespace) -> int:
 
     console = Console(quiet=args.quiet, verbose=args.verbose)
     config_path = Path(args.config)
+    if args.resume not in (None, "latest") and "=" in args.resume and not Path(args.resume).exists():
+        args.overrides.insert(0, args.resume)  # `--resume key=value`: an override, not a path
+        args.resume = "latest"
     cfg = load_config(config_path, args.overrides)
     trainer = DefaultTrainer(cfg, console=console, config_dir=config_path.parent)
+    trainer.resume_hint = " ".join(["splattrain fit --config", str(config_path), *args.overrides, "--resume"])
     if args.dry_run:
         console.table("hooks", ["point", "hooks (priority)"], [[p, ", ".join(n)] for p, n in trainer.hooks.table()])
-        console.print(config_to_yaml(cfg))
+        console.table("writers", ["type", "class", "options"], _writer_rows(cfg.writers))
+        console.print(escape(config_to_yaml(cfg)))
         return 0
-    resume = _resume_path(args.resume, trainer.run_dir)
-    results = trainer.train(resume=resume)
+    results = trainer.train(resume=args.resume)
     shown = "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in results.items() if k != "per_view")
+    console.open_log(trainer.run_dir / "log.txt")  # the trainer closed it; the last line belongs there too
     console.print(f"done: {shown}  ->  {trainer.run_dir / 'results.json'}")
+    console.close()
+    return 0
+
+
+def _writer_rows(specs: List[Any]) -> List[List[str]]:
+    """One row per writer entry, each checked (type, options, optional package) without building it."""
+    from .writers import check_writer_spec
+
+    rows = []
+    for spec in specs:
+        cls = check_writer_spec(spec)
+        options = ", ".join(f"{k}={v}" for k, v in spec.items() if k != "type")
+        rows.append([escape(str(spec["type"])), cls.__name__, escape(options)])
+    return rows
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from .commands.evaluate import evaluate
+    from .console import Console
+
+    evaluate(args.target, Console(), split=args.split, out=args.out, save_renders=args.save_renders, device=args.device)
+    return 0
+
+
+def _render(args: argparse.Namespace) -> int:
+    from .commands.render import render
+    from .console import Console
+
+    render(args.target, Console(), path=args.path, out=args.out, frames=args.frames, fps=args.fps, device=args.device)
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from .commands.export import export
+    from .console import Console
+
+    export(args.target, Console(), fmt=args.format, out=args.out, world_frame=args.world_frame)
+    return 0
+
+
+def _schedule(args: argparse.Namespace) -> int:
+    from .commands.schedule import show_schedule
+    from .config import load_config
+    from .console import Console
+
+    show_schedule(load_config(Path(args.config), args.overrides), Console(), out=args.out)
     return 0
 
 
@@ -75,7 +145,7 @@ def _list(args: argparse.Namespace) -> int:
     table.add_column("name")
     table.add_column("description")
     for name, doc in reg.describe().items():
-        table.add_row(name, doc)
+        table.add_row(name, escape(doc))
     RichConsole().print(table)
     return 0
 
@@ -93,14 +163,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        return _fit(args) if args.command == "fit" else _list(args)
+        commands = {"fit": _fit, "eval": _eval, "render": _render, "export": _export, "schedule": _schedule,
+                    "list": _list}
+        return commands[args.command](args)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt as err:
-        terminated = isinstance(err, _Terminated)
-        print("terminated" if terminated else "interrupted", file=sys.stderr)
-        return EXIT_SIGTERM if terminated else EXIT_SIGINT
+        signum = signal.SIGTERM if isinstance(err, _Terminated) else getattr(err, "signum", signal.SIGINT)
+        print(f"stopped by {signal.Signals(signum).name}", file=sys.stderr)
+        return EXIT_SIGTERM if signum == signal.SIGTERM else EXIT_SIGINT
     finally:
         signal.signal(signal.SIGTERM, previous)
 

@@ -131,5 +131,5 @@ def test_fit_learns_and_writes_run_directory(tmp_path):
     assert [r["step"] for r in val_rows] == [150, 300]
     assert val_rows[-1]["val/psnr"] == pytest.approx(results["psnr"])
     image = np.asarray(Image.open(next((run / "images" / "val" / "step_000300").glob("*.png"))))
-    assert image.shape == (32, 64, 3)
+    assert image.shape == (32, 128, 3)  # render | ground truth | error | depth
     assert list((run / "tb").glob("events.out.tfevents.*"))

@@ -1,9 +1,36 @@
 """Hooks: the base class, dispatch, and the built-in hooks."""
 
-from . import checkpoint_hook, log_hook  # noqa: F401  (register the built-in hooks)
+from .auto_checkpoint import AutoCheckpointHook, RunInterrupted
 from .base import HOOK_POINTS, Hook, Priority, get_priority
 from .checkpoint_hook import CheckPointHook
 from .dispatch import HookDispatcher, HookError
+from .ema import EMAHook
+from .grad_clip import GradClipHook
+from .invalid_loss import CheckInvalidLossHook, InvalidLossError
+from .iter_timer import IterTimerHook
 from .log_hook import LogHook
+from .memory_budget import MemoryBudgetHook
+from .resolution import ResolutionScheduleHook
+from .resources import EmptyCacheHook, ProfilerHook
 
-__all__ = ["HOOK_POINTS", "CheckPointHook", "Hook", "HookDispatcher", "HookError", "LogHook", "Priority", "get_priority"]
+__all__ = [
+    "HOOK_POINTS",
+    "AutoCheckpointHook",
+    "CheckInvalidLossHook",
+    "CheckPointHook",
+    "EMAHook",
+    "GradClipHook",
+    "Hook",
+    "HookDispatcher",
+    "HookError",
+    "InvalidLossError",
+    "IterTimerHook",
+    "LogHook",
+    "EmptyCacheHook",
+    "MemoryBudgetHook",
+    "ProfilerHook",
+    "ResolutionScheduleHook",
+    "Priority",
+    "RunInterrupted",
+    "get_priority",
+]
