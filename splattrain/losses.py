@@ -18,15 +18,21 @@ def ssim_nhwc(pred: Tensor, target: Tensor) -> Tensor:
 
 
 def ssim_map(pred: Tensor, target: Tensor) -> Tensor:
-    """Per-pixel SSIM [C,H-10,W-10,3] of [C,H,W,3] images in [0,1]; its mean is :func:`ssim_nhwc`."""
+    """Per-pixel SSIM [C,H-10,W-10,3] of [C,H,W,3] images in [0,1]; its mean is :func:`ssim_nhwc`.
+
+    A side shorter than the 11-pixel window is not blurred (nor shortened), as in pytorch_msssim.
+    """
     x, y = pred.permute(0, 3, 1, 2), target.permute(0, 3, 1, 2)
     coords = torch.arange(_SSIM_WINDOW, dtype=x.dtype, device=x.device) - _SSIM_WINDOW // 2
     window = torch.exp(-(coords**2) / (2 * _SSIM_SIGMA**2))
     window = (window / window.sum()).repeat(x.shape[1], 1, 1, 1)
 
-    def blur(t: Tensor) -> Tensor:
-        t = F.conv2d(t, window, groups=t.shape[1])
-        return F.conv2d(t, window.transpose(2, 3), groups=t.shape[1])
+    def blur(t: Tensor) -> Tensor:  # like pytorch_msssim, no blur along a side shorter than the window
+        if t.shape[3] >= _SSIM_WINDOW:
+            t = F.conv2d(t, window, groups=t.shape[1])
+        if t.shape[2] >= _SSIM_WINDOW:
+            t = F.conv2d(t, window.transpose(2, 3), groups=t.shape[1])
+        return t
 
     c1, c2 = _SSIM_K[0] ** 2, _SSIM_K[1] ** 2
     mu_x, mu_y = blur(x), blur(y)
@@ -39,8 +45,9 @@ def ssim_map(pred: Tensor, target: Tensor) -> Tensor:
 
 def masked_ssim(pred: Tensor, target: Tensor, mask: Tensor) -> Tensor:
     """Mean SSIM over the windows centred on pixels where ``mask`` [C,H,W,1] is True."""
-    r = _SSIM_WINDOW // 2
-    weights = mask[:, r : mask.shape[1] - r, r : mask.shape[2] - r].to(pred.dtype).expand(-1, -1, -1, pred.shape[-1])
+    rh, rw = (_SSIM_WINDOW // 2 if side >= _SSIM_WINDOW else 0 for side in mask.shape[1:3])
+    centres = mask[:, rh : mask.shape[1] - rh, rw : mask.shape[2] - rw].to(pred.dtype)
+    weights = centres.expand(-1, -1, -1, pred.shape[-1])
     return (ssim_map(pred, target) * weights).sum() / weights.sum().clamp_min(1e-8)
 
 

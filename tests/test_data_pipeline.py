@@ -128,6 +128,10 @@ def test_masked_metrics_ignore_excluded_pixels() -> None:
     assert clean["psnr"] == pytest.approx(psnr(pred[:, :, :25], target[:, :, :25]), rel=1e-5)
     assert evaluator(ruined, target)["psnr"] < clean["psnr"] - 5
     assert float(ssim_map(pred, target).mean()) == pytest.approx(float(ssim_nhwc(pred, target)), abs=1e-6)
+    small, full = pred[:, :8, :9], torch.ones(1, 8, 9, 1, dtype=torch.bool)  # sides shorter than the window
+    with pytest.warns(UserWarning):  # pytorch_msssim says it skips the blur
+        expected = float(ssim_nhwc(small, target[:, :8, :9]))
+    assert evaluator(small, target[:, :8, :9], full)["ssim"] == pytest.approx(expected, abs=1e-6)
 
 
 def test_parallel_decoding_keeps_order_and_reports_the_first_failure() -> None:

@@ -16,6 +16,8 @@ GROUPS = ("means", "scales", "opacities")
 
 def fake_trainer():
     params = torch.nn.ParameterDict({name: torch.nn.Parameter(torch.zeros(4, 3)) for name in GROUPS})
+    params["shN"] = torch.nn.Parameter(torch.zeros(4, 0, 3))  # SH degree 0: no coefficients
+    params["shN"].grad = torch.zeros(4, 0, 3)
     return SimpleNamespace(model=SimpleNamespace(params=params), runtime_info={}, step=0)
 
 
@@ -23,11 +25,11 @@ def backward(trainer, hook, norm, step=1, outputs=None):
     """Give the parameters gradients of total 2-norm ``norm`` (a fixed direction), then run the hook."""
     direction = torch.arange(1.0, 1.0 + 12 * len(GROUPS)).reshape(len(GROUPS), 4, 3)
     direction /= direction.norm()
-    for index, param in enumerate(trainer.model.params.values()):
-        param.grad = direction[index] * norm
+    for index, name in enumerate(GROUPS):
+        trainer.model.params[name].grad = direction[index] * norm
     trainer.step = step
     hook.after_backward(trainer, step, outputs or {})
-    return torch.cat([p.grad.flatten() for p in trainer.model.params.values()]).norm().item()
+    return torch.cat([trainer.model.params[name].grad.flatten() for name in GROUPS]).norm().item()
 
 
 def test_pre_defined_clips_to_max_norm():
@@ -43,7 +45,7 @@ def test_pre_defined_clips_to_max_norm():
 def test_inf_norm_clips_the_largest_entry():
     trainer, hook = fake_trainer(), GradClipHook(mode="pre_defined", max_norm=0.1, norm_type=float("inf"))
     backward(trainer, hook, 5.0)
-    largest = max(p.grad.abs().max().item() for p in trainer.model.params.values())
+    largest = max(trainer.model.params[name].grad.abs().max().item() for name in GROUPS)
     assert largest == pytest.approx(0.1, rel=1e-6)
 
 

@@ -18,6 +18,7 @@ name: {name}
 output_dir: {tmp_path / name}
 data: {{path: {DEMO}, downscale: 4}}
 trainer: {{max_steps: 60, val_interval: 0, hook_timing: false}}
+renderer: {{type: torch}}  # no extension build or load inside the measured process
 model: {{sh_degree: 3, init: {{num_points: 1000}}}}
 metrics: {{lpips: false}}
 strategy: {{refine_start_iter: 5, refine_every: 10, grow_grad2d: 1.0e-7, reset_every: 100000}}
@@ -40,7 +41,7 @@ def test_budget_just_above_warmup_peak_is_respected(tmp_path):
     free = run(tmp_path, "free", max_memory_gb=100.0)
     warmup, peak = free["memory/warmup_peak_mb"], free["memory/run_peak_mb"]
     assert peak > warmup + 50, (warmup, peak)  # densification keeps adding memory after warm-up
-    budget_mb = warmup + 0.3 * (peak - warmup)  # just above the warm-up peak
+    budget_mb = warmup + 0.5 * (peak - warmup)  # above the warm-up peak, well below the free peak
     capped = run(tmp_path, "capped", max_memory_gb=budget_mb / 1024)
     assert capped["memory/run_peak_mb"] < budget_mb < peak
     assert capped["train/num_gaussians"] < free["train/num_gaussians"]

@@ -15,6 +15,7 @@ from .schema import SplatConfig
 _CHOICES = {
     "renderer.rasterize_mode": ("classic", "antialiased"),
     "model.init.type": ("auto", "points", "random"),
+    "export.world_frame": ("original", "normalized"),
 }
 _POSITIVE = ("trainer.max_steps", "data.downscale", "renderer.tile_size")
 _NON_NEGATIVE = ("trainer.val_interval", "model.sh_degree", "model.sh_degree_interval")

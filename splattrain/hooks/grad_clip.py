@@ -93,7 +93,7 @@ class GradClipHook(Hook):
         if outputs.get("skip_update"):
             return
         names = self.groups or list(trainer.model.params.keys())
-        grads = [trainer.model.params[n].grad for n in names if trainer.model.params[n].grad is not None]
+        grads = [p.grad for p in (trainer.model.params[n] for n in names) if p.grad is not None and p.numel()]
         if not grads:
             return
         before = self._norm(grads)

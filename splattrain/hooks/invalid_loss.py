@@ -53,11 +53,11 @@ class CheckInvalidLossHook(Hook):
     def after_backward(self, trainer, step: int, outputs: Dict[str, Any]) -> None:
         if not self.every_n_steps(trainer, self.interval):
             return
-        values = {name: float(value.detach()) for name, value in outputs["losses"].items()}
-        bad = {name: value for name, value in values.items() if not math.isfinite(value)}
-        if not bad:
-            return
-        terms = ", ".join(f"{name} = {value}" for name, value in bad.items())
+        losses = outputs["losses"]
+        if bool(torch.isfinite(torch.stack([v.detach().float() for v in losses.values()])).all()):
+            return  # one device sync per check
+        values = {name: float(value.detach()) for name, value in losses.items()}
+        terms = ", ".join(f"{name} = {value}" for name, value in values.items() if not math.isfinite(value))
         views = ", ".join(_invalid_views(trainer, outputs)) or "none alone (a regulariser)"
         problem = f"invalid loss at step {step}: {terms} (views: {views})"
         if self.policy == "skip" and self.skips < self.max_skips:
