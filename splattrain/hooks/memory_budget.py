@@ -6,7 +6,6 @@ import resource
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
-from gsplat.strategy.ops import remove
 
 from ..errors import ConfigError
 from ..registry import HOOKS
@@ -164,7 +163,7 @@ class MemoryBudgetHook(Hook):
         excess = trainer.model.num_gaussians - limit
         drop = torch.zeros_like(opacities, dtype=torch.bool)
         drop[torch.topk(opacities, excess, largest=False).indices] = True
-        remove(params=trainer.model.params, optimizers=trainer.optimizers, state=trainer.strategy_state, mask=drop)
+        trainer.strategy.remove_gaussians(trainer.model.params, trainer.optimizers, trainer.strategy_state, drop)
         self.pruned += excess
 
     def after_run(self, trainer) -> None:
