@@ -92,3 +92,9 @@ def test_hook_and_writer_lists_need_types(write_config):
         load_config(write_config(BASE + "custom_hooks:\n  - interval: 3\n"))
     with pytest.raises(ConfigError, match="default_hooks.logger"):
         load_config(write_config(BASE + "default_hooks:\n  logger: 5\n"))
+
+
+def test_override_into_a_list_is_a_config_error(write_config):
+    path = write_config(BASE + "custom_hooks:\n  - {type: LogHook}\n")
+    with pytest.raises(ConfigError, match="cannot reach into lists"):
+        load_config(path, ["custom_hooks.0.interval=5"])

@@ -60,6 +60,11 @@ def _merge(base: DictConfig, update: DictConfig, source: str) -> DictConfig:
         return OmegaConf.merge(base, update)  # type: ignore[return-value]
     except OmegaConfBaseException as err:
         raise ConfigError(f"{source}: {_describe(err)}") from None
+    except (TypeError, ValueError) as err:  # e.g. a dotted override into a list item
+        raise ConfigError(
+            f"{source}: {err} (overrides cannot reach into lists such as custom_hooks or writers; "
+            "change those in the config file)"
+        ) from None
 
 
 def _check_values(cfg: DictConfig, source: str) -> None:
