@@ -1,10 +1,11 @@
 """Milliseconds per training step (render + loss + backward) per renderer backend, side by side.
 
 1. Headline: the demo scene (data/demo, 128x128) with ``--demo-gaussians`` Gaussians (random
-   init, as ``splattrain fit --config configs/demo.yaml`` starts), cycling through the training
-   views. Renderers take turns step by step in one process, so load from other processes hits
-   them alike. Prints the median ms per step, the ratio to the torch backend, and the optimizer
-   step (the same for every renderer) on its own.
+   init, as ``splattrain fit --config configs/demo.yaml`` starts) or, with ``--demo-checkpoint``,
+   the Gaussians of a trained run's checkpoint, cycling through the training views. Renderers
+   take turns step by step in one process, so load from other processes hits them alike.
+   Prints the median ms per step, the ratio to the torch backend, and the optimizer step (the
+   same for every renderer) on its own.
 2. Scaling table: a synthetic scene (Gaussians in a unit ball, seen from 4 units) over image
    sizes and Gaussian counts, with the number of Gaussian-tile overlaps (16 px tiles) and the
    cost per overlap, so growth with pixels and overlaps can be read off.
@@ -12,6 +13,7 @@
     python benchmarks/bench_train_step.py                   # headline + 64..256 px x 1k..20k
     python benchmarks/bench_train_step.py --wide            # table over 64..512 px x 1k..200k
     python benchmarks/bench_train_step.py --renderers cpu --sizes 128 --counts 20000 --no-demo
+    python benchmarks/bench_train_step.py --demo-checkpoint outputs/demo/ckpt/last.pt --no-table
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import torch
 
 from splattrain.cameras import Camera
+from splattrain.checkpoint import load_checkpoint_file
 from splattrain.config import load_config
 from splattrain.engine.trainer import DefaultTrainer
 from splattrain.errors import ConfigError
@@ -88,7 +91,7 @@ def overlaps(model: GaussianModel, camera: Camera, sh_degree: int) -> int:
     return int(info["flatten_ids"].numel())
 
 
-def headline(names: List[str], count: int, repeats: int) -> None:
+def headline(names: List[str], count: int, checkpoint: Optional[Path], repeats: int) -> None:
     """Side-by-side steps on the demo scene."""
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load_config(REPO / "configs" / "demo.yaml", [
@@ -96,6 +99,8 @@ def headline(names: List[str], count: int, repeats: int) -> None:
         ])
         trainer = DefaultTrainer(cfg)
     model = trainer.model
+    if checkpoint is not None:
+        model.load_state_dict(load_checkpoint_file(checkpoint)["gaussians"])
     sh_degree = cfg.model.sh_degree
     batches = [trainer.data.next_train(step) for step in range(1, repeats + 2)]
     timers = {name: step_timer(RENDERERS.build({"type": name}), model, sh_degree) for name in names}
@@ -116,7 +121,8 @@ def headline(names: List[str], count: int, repeats: int) -> None:
         adam.append(time.perf_counter() - start)
 
     camera = batches[0]["camera"][0]
-    print(f"demo scene {camera.width}x{camera.height}, {model.num_gaussians} Gaussians (random init), "
+    origin = f"from {checkpoint}" if checkpoint is not None else "random init"
+    print(f"demo scene {camera.width}x{camera.height}, {model.num_gaussians} Gaussians ({origin}), "
           f"SH degree {sh_degree}, {overlaps(model, camera, sh_degree)} overlaps in view 1, "
           f"{repeats} steps per renderer, taking turns")
     base = statistics.median(times["torch"]) if "torch" in times else None
@@ -155,7 +161,9 @@ def main() -> None:
     parser.add_argument("--renderers", nargs="+", help="default: every backend available on this machine")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--demo-gaussians", type=int, default=20000)
+    parser.add_argument("--demo-checkpoint", type=Path, help="take the demo Gaussians from this run checkpoint")
     parser.add_argument("--no-demo", action="store_true", help="skip the demo-scene headline")
+    parser.add_argument("--no-table", action="store_true", help="skip the scaling table")
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 128, 256])
     parser.add_argument("--counts", type=int, nargs="+", default=[1000, 10000, 20000])
     parser.add_argument("--wide", action="store_true", help=f"table over {WIDE_SIZES} px x {WIDE_COUNTS} Gaussians")
@@ -163,10 +171,11 @@ def main() -> None:
     names = args.renderers or available_renderers()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, renderers {', '.join(names)}")
     if not args.no_demo:
-        headline(names, args.demo_gaussians, args.repeats)
+        headline(names, args.demo_gaussians, args.demo_checkpoint, args.repeats)
     if args.wide:
         args.sizes, args.counts = WIDE_SIZES, WIDE_COUNTS
-    table(names, args.sizes, args.counts, args.repeats)
+    if not args.no_table:
+        table(names, args.sizes, args.counts, args.repeats)
 
 
 if __name__ == "__main__":

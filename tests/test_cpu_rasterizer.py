@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 from typing import Dict, List, Tuple
 
 import pytest
@@ -329,6 +328,14 @@ def test_auto_prefers_cpu_and_explicit_cpu_builds():
     assert isinstance(build_renderer({"type": "auto"}, torch.device("cpu")), CpuRenderer)
     assert isinstance(build_renderer({"type": "cpu", "tile_size": 8}, torch.device("cpu")), CpuRenderer)
     assert "cpu" in RENDERERS
+
+
+def test_auto_picks_torch_when_absgrad_is_asked_for():
+    """The compiled backend has no absolute gradients, so auto takes the PyTorch renderer for them."""
+    messages: List[str] = []
+    renderer = build_renderer({"type": "auto"}, torch.device("cpu"), log=messages.append, absgrad=True)
+    assert isinstance(renderer, TorchRenderer) and renderer.absgrad
+    assert any("strategy.absgrad" in m for m in messages)
 
 
 def test_missing_compiler_falls_back_with_one_warning(monkeypatch, tmp_path):

@@ -38,7 +38,7 @@ def evaluate(
     out_dir = Path(out) if out is not None else snapshot.run_dir / "eval" / f"step_{snapshot.step:06d}"
     cfg = snapshot.cfg
     evaluator = Evaluator(cfg.metrics.lpips if lpips is None else lpips, cfg.metrics.lpips_net, snapshot.device, console.warning)
-    renderer = snapshot.renderer()
+    renderer = snapshot.renderer(log=console.info, warn=console.warning)
     pipeline = snapshot.views(split)
     per_view: List[Dict[str, Any]] = []
     for batch in pipeline.test_batches():

@@ -93,7 +93,7 @@ def render(
     cameras = [f.camera for f in scene.test_frames]
     if path == "orbit":
         cameras = orbit_cameras([f.camera for f in scene.train_frames], frames)
-    renderer = snapshot.renderer()
+    renderer = snapshot.renderer(log=console.info, warn=console.warning)
     images: List[np.ndarray] = []
     with Progress(console=console.terminal, disable=console.quiet) as progress:
         task = progress.add_task(f"rendering {len(cameras)} frames", total=len(cameras))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -48,8 +48,9 @@ class Snapshot:
     def background(self) -> torch.Tensor:
         return torch.tensor(list(self.cfg.data.background), dtype=torch.float32, device=self.device)
 
-    def renderer(self) -> Renderer:
-        return build_renderer(OmegaConf.to_container(self.cfg.renderer), self.device)
+    def renderer(self, log: Optional[Callable[[str], None]] = None, warn: Optional[Callable[[str], None]] = None) -> Renderer:
+        """The run's renderer on this machine (``auto`` may pick another backend than training did)."""
+        return build_renderer(OmegaConf.to_container(self.cfg.renderer), self.device, log=log, warn=warn)
 
     def scene(self) -> SceneData:
         """The dataset the run trained on, read again from ``data.path``."""

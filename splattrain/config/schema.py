@@ -70,7 +70,7 @@ class ModelConfig:
 class RendererConfig:
     """Rasterization backend and its settings."""
 
-    type: str = "auto"  # auto | gsplat | torch
+    type: str = "auto"  # auto (gsplat on CUDA, else cpu, else torch) | gsplat | cpu | torch
     rasterize_mode: str = "classic"  # classic | antialiased
     tile_size: int = 16
     near_plane: float = 0.01

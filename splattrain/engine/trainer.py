@@ -64,12 +64,12 @@ class DefaultTrainer:
         self.scene_scale = camera_scene_scale(self.data.train_cameras)
         self.model = self._build_model(scene).to(self.device)
         self.renderer = build_renderer(
-            OmegaConf.to_container(cfg.renderer), self.device, log=self.console.info, warn=self.console.warning
+            OmegaConf.to_container(cfg.renderer), self.device, log=self.console.info, warn=self.console.warning,
+            absgrad=bool(cfg.strategy.absgrad),
         )
         self.optimizers = build_optimizers(self.model, cfg.optim, self.scene_scale)
         self.schedulers = build_schedulers(self.optimizers, cfg.optim, self.scene_scale, self.max_steps)
         self.strategy = build_strategy(cfg.strategy, self.renderer, warn=self.console.warning)
-        self.renderer.absgrad = bool(cfg.strategy.absgrad)
         self.strategy.check_sanity(self.model.params, self.optimizers)
         self.strategy_state = self.strategy.initialize_state(scene_scale=self.scene_scale)
         self.evaluator: Optional[Evaluator] = None

@@ -131,20 +131,27 @@ class GsplatRenderer(Renderer):
 
 def build_renderer(
     spec: dict, device: torch.device, log: Optional[Callable[[str], None]] = None,
-    warn: Optional[Callable[[str], None]] = None,
+    warn: Optional[Callable[[str], None]] = None, absgrad: bool = False,
 ) -> Renderer:
-    """Build the renderer named by ``spec['type']``. ``auto`` picks gsplat on CUDA, else the
-    compiled CPU backend, or torch (after one ``warn``) when that cannot be built; ``log`` hears
-    about the CPU backend's first-use compile."""
+    """Build the renderer named by ``spec['type']`` and set its ``absgrad``. ``auto`` picks gsplat
+    on CUDA, else the compiled CPU backend, or torch when that cannot be built (after one
+    ``warn``) or when ``absgrad`` is asked for (the compiled backend does not compute it);
+    ``log`` hears about the CPU backend's first-use compile and about that choice."""
     spec = dict(spec)
     kind = spec.get("type", "auto")
-    if kind == "auto":
+    if kind == "auto" and device.type != "cuda" and absgrad:
+        spec["type"] = "torch"
+        if log is not None:
+            log("renderer auto: using the PyTorch renderer, which computes the absolute gradients strategy.absgrad needs")
+    elif kind == "auto":
         spec["type"] = "gsplat" if device.type == "cuda" else cpu_renderer.auto_cpu_backend(device, log, warn)
     elif kind == "gsplat" and device.type != "cuda":
         raise ConfigError(f"renderer.type 'gsplat' needs a CUDA device, but the run uses '{device}'; use 'auto' or 'torch'")
     elif kind == "cpu":
         cpu_renderer.require_cpu_backend(device, log)
-    return RENDERERS.build(spec)
+    renderer = RENDERERS.build(spec)
+    renderer.absgrad = absgrad
+    return renderer
 
 
 from . import cpu_renderer  # noqa: E402  (registers "cpu"; imports Renderer from here)

@@ -540,6 +540,32 @@ def _inside_pixels(
     return (rows & cols).reshape(1, tiles_y * tiles_x, size * size).expand(n_cams, -1, -1).flatten(0, 1)
 
 
+
+def gsplat_info(proj: Projection, isects: TileIntersections, width: int, height: int, tile_size: int) -> Dict[str, Any]:
+    """The ``info`` dict gsplat's ``rasterization`` returns (unpacked), which its strategies read."""
+    return {
+        "batch_ids": None,
+        "camera_ids": None,
+        "gaussian_ids": None,
+        "radii": proj.radii,
+        "means2d": proj.means2d,
+        "depths": proj.depths,
+        "conics": proj.conics,
+        "opacities": proj.opacities,
+        "tile_width": isects.tile_width,
+        "tile_height": isects.tile_height,
+        "tiles_per_gauss": isects.tiles_per_gauss,
+        "isect_ids": isects.isect_ids,
+        "flatten_ids": isects.flatten_ids,
+        "isect_offsets": isects.isect_offsets,
+        "width": width,
+        "height": height,
+        "tile_size": tile_size,
+        "n_batches": 1,
+        "n_cameras": proj.means2d.shape[0],
+    }
+
+
 def rasterize(
     means: Tensor,
     quats: Tensor,
@@ -605,25 +631,5 @@ def rasterize(
     trans = _untile(trans_tiles[:, None], n_cams, composite, width, height)
     if backgrounds is not None:
         render = render + trans * backgrounds[:, None, None, :]
-    info = {
-        "batch_ids": None,
-        "camera_ids": None,
-        "gaussian_ids": None,
-        "radii": proj.radii,
-        "means2d": proj.means2d,
-        "depths": proj.depths,
-        "conics": proj.conics,
-        "opacities": proj.opacities,
-        "tile_width": isects.tile_width,
-        "tile_height": isects.tile_height,
-        "tiles_per_gauss": isects.tiles_per_gauss,
-        "isect_ids": isects.isect_ids,
-        "flatten_ids": isects.flatten_ids,
-        "isect_offsets": isects.isect_offsets,
-        "width": width,
-        "height": height,
-        "tile_size": tile_size,
-        "n_batches": 1,
-        "n_cameras": n_cams,
-    }
+    info = gsplat_info(proj, isects, width, height, tile_size)
     return render, 1.0 - trans, info

@@ -86,9 +86,9 @@ def find_compiler() -> str:
     raise BuildError("no C++ compiler found (install g++ or clang++, or set CXX)")
 
 
-def _compile(target: Path) -> None:
-    """Compile SOURCES to ``target`` atomically (concurrent builds each rename a whole file)."""
-    cxx = find_compiler()
+def _compile(cxx: str, target: Path) -> None:
+    """Compile SOURCES with ``cxx`` to ``target`` atomically (concurrent builds each rename a
+    whole file)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     command = [cxx, *FLAGS, *map(str, SOURCES), "-o", str(scratch)]
@@ -108,7 +108,7 @@ def _declare(handle: ctypes.CDLL) -> None:
     """Argument and result types of the exported functions."""
     ptr, i64, i32, f64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_double
     grid = [i32, i32, i32]  # tile_size, tiles_x, tiles_y
-    scene = [ptr] * 6 + [i64, i64, i64, i32, i32] + grid + [i32, i32]
+    scene = [ptr] * 6 + [i64, i64, i64, i32, i32] + grid + [i32, i32, ptr]
     camera = [ptr] * 6 + [i64, i64, i32, i32, f64, f64, f64, i32, i32]
     sh = [ptr, ptr, ptr, i64, ptr, i64, i64, i32, i32]
     for suffix in ("f32", "f64"):
@@ -151,12 +151,16 @@ def load_library(log: Optional[Callable[[str], None]] = None) -> Library:
 
 
 def _load(log: Optional[Callable[[str], None]]) -> Library:
-    path = library_path()
+    try:
+        path = library_path()
+    except OSError as error:  # e.g. an install that left out the C++ sources
+        raise BuildError(f"the CPU rasterizer's sources are unreadable: {error}") from None
     built = not path.is_file()
     if built:
+        cxx = find_compiler()
         if log is not None:
             log(f"compiling the CPU rasterizer (first use, a few seconds) into {path.parent}")
-        _compile(path)
+        _compile(cxx, path)
     try:
         handle = ctypes.CDLL(str(path))
         _declare(handle)

@@ -237,7 +237,7 @@ void project_forward(const S* means, const S* quats, const S* scales, const S* o
     });
 }
 
-// The gradient outputs must start at zero.
+// Writes every gradient output (no need to clear them first).
 template <typename S>
 void project_backward(const S* means, const S* quats, const S* scales, const S* opacities,
                       const S* viewmats, const S* Ks, int64_t n_cams, int64_t n_gauss, const Options& o,
@@ -246,6 +246,10 @@ void project_backward(const S* means, const S* quats, const S* scales, const S* 
     std::vector<Camera<S>> cams;
     for (int64_t c = 0; c < n_cams; ++c) cams.emplace_back(viewmats + 16 * c, Ks + 9 * c);
     for_chunks(n_gauss, threads, [&](int64_t n) {
+        std::fill(g_means + 3 * n, g_means + 3 * n + 3, S(0));
+        std::fill(g_quats + 4 * n, g_quats + 4 * n + 4, S(0));
+        std::fill(g_scales + 3 * n, g_scales + 3 * n + 3, S(0));
+        g_opacities[n] = S(0);
         for (int64_t c = 0; c < n_cams; ++c) {
             const int64_t i = c * n_gauss + n;
             const Projection<S> pr(means + 3 * n, quats + 4 * n, scales + 3 * n, opacities[n], cams[c], o);
@@ -379,7 +383,7 @@ void sh_forward(const S* means, const S* sh0, const S* shN, int64_t rest, const 
     });
 }
 
-// The gradient outputs must start at zero.
+// Writes every gradient output (no need to clear them first).
 template <typename S>
 void sh_backward(const S* means, const S* sh0, const S* shN, int64_t rest, const S* viewmats,
                  int64_t n_cams, int64_t n_gauss, int degree, int threads, const S* g_colors,
@@ -387,6 +391,9 @@ void sh_backward(const S* means, const S* sh0, const S* shN, int64_t rest, const
     const int count = (degree + 1) * (degree + 1);
     const std::vector<S> campos = camera_positions(viewmats, n_cams);
     for_chunks(n_gauss, threads, [&](int64_t n) {
+        std::fill(g_means + 3 * n, g_means + 3 * n + 3, S(0));
+        std::fill(g_sh0 + 3 * n, g_sh0 + 3 * n + 3, S(0));
+        std::fill(g_shN + 3 * rest * n, g_shN + 3 * rest * (n + 1), S(0));
         for (int64_t c = 0; c < n_cams; ++c) {
             const View<S> view(means + 3 * n, campos.data() + 3 * c);
             Dual<S> basis[kMaxBases];

@@ -151,29 +151,31 @@ struct Scene {
     const int32_t* flatten_ids;  // [M]
     int64_t n_isects, n_cams, n_splats;  // n_splats = C * N
     int width, height, tile_size, tiles_x, tiles_y, channels;
-    const double* reach = nullptr;  // [C * N, 2], from find_reach
+    double* reach;  // [C * N, 2]: find_reach's output in the forward pass, its input backward
 };
 
 // Half extents (y, x) in pixels of the ellipse where each Gaussian's alpha can still reach the
 // threshold: sigma <= log(opacity / threshold) + margin. -1 when it reaches no pixel, infinite
 // when its conic is degenerate (then whole tiles are visited).
 template <typename S>
-std::vector<double> find_reach(const Scene<S>& s) {
-    std::vector<double> reach(2 * s.n_splats, -1.0);
-    for (int64_t i = 0; i < s.n_splats; ++i) {
-        const double a = s.conics[3 * i], b = s.conics[3 * i + 1], c = s.conics[3 * i + 2];
-        const double opacity = s.opacities[i];
-        // alpha = opacity * exp(-sigma) <= opacity: faint Gaussians never pass the threshold.
-        if (!(opacity >= static_cast<S>(kAlphaThreshold)) || !std::isfinite(s.means2d[2 * i]) ||
-            !std::isfinite(s.means2d[2 * i + 1]))
-            continue;
-        const double det = a * c - b * b;
-        const double level = std::log(opacity / kAlphaThreshold) + kReachMargin;
-        const bool ellipse = a > 0 && det > 0;
-        reach[2 * i] = ellipse ? std::sqrt(2.0 * level * a / det) : HUGE_VAL;
-        reach[2 * i + 1] = ellipse ? std::sqrt(2.0 * level * c / det) : HUGE_VAL;
-    }
-    return reach;
+void find_reach(const Scene<S>& s, int threads) {
+    constexpr int64_t kChunk = 4096;
+    parallel_for((s.n_splats + kChunk - 1) / kChunk, threads, [&](int64_t chunk) {
+        for (int64_t i = chunk * kChunk; i < std::min(s.n_splats, (chunk + 1) * kChunk); ++i) {
+            const double a = s.conics[3 * i], b = s.conics[3 * i + 1], c = s.conics[3 * i + 2];
+            const double opacity = s.opacities[i];
+            s.reach[2 * i] = s.reach[2 * i + 1] = -1.0;
+            // alpha = opacity * exp(-sigma) <= opacity: faint Gaussians never pass the threshold.
+            if (!(opacity >= static_cast<S>(kAlphaThreshold)) || !std::isfinite(s.means2d[2 * i]) ||
+                !std::isfinite(s.means2d[2 * i + 1]))
+                continue;
+            const double det = a * c - b * b;
+            const double level = std::log(opacity / kAlphaThreshold) + kReachMargin;
+            const bool ellipse = a > 0 && det > 0;
+            s.reach[2 * i] = ellipse ? std::sqrt(2.0 * level * a / det) : HUGE_VAL;
+            s.reach[2 * i + 1] = ellipse ? std::sqrt(2.0 * level * c / det) : HUGE_VAL;
+        }
+    });
 }
 
 // A tile: its list range and pixel block. Pixel p = row * pitch + column; rows are padded to
@@ -406,18 +408,20 @@ template <int kD, typename S>
     }
 }
 
-// Runs tile(index) with the channel count fixed at compile time when it is 3 or 4.
-#define SPLAT_BY_CHANNELS(call)                  \
-    switch (s.channels) {                        \
-        case 3: call(3); break;                  \
-        case 4: call(4); break;                  \
-        default: call(0);                        \
+// Calls call(D) with the scene's channel count D as a constant when it is 3 or 4, else 0.
+// (A macro, not a lambda: the tile code must be inlined into each target clone.)
+#define SPLAT_BY_CHANNELS(call) \
+    switch (s.channels) {       \
+        case 3: call(3); break; \
+        case 4: call(4); break; \
+        default: call(0);       \
     }
 
 SPLAT_CLONES void forward_tile_f32(const Scene<float>& s, int64_t index, float* render, float* trans,
                                    int32_t* last) {
 #define SPLAT_FORWARD(D) forward_tile<D>(s, index, render, trans, last)
     SPLAT_BY_CHANNELS(SPLAT_FORWARD)
+#undef SPLAT_FORWARD
 }
 
 SPLAT_CLONES void backward_tile_f32(const Scene<float>& s, int64_t index, const float* trans,
@@ -425,6 +429,7 @@ SPLAT_CLONES void backward_tile_f32(const Scene<float>& s, int64_t index, const 
                                     const float* grad_trans, float* grad_isect) {
 #define SPLAT_BACKWARD(D) backward_tile<D>(s, index, trans, last, grad_render, grad_trans, grad_isect)
     SPLAT_BY_CHANNELS(SPLAT_BACKWARD)
+#undef SPLAT_BACKWARD
 }
 
 void forward_tile_any(const Scene<float>& s, int64_t i, float* r, float* t, int32_t* l) {
@@ -443,24 +448,26 @@ void backward_tile_any(const Scene<double>& s, int64_t i, const double* t, const
 }
 
 template <typename S>
-void composite_forward(Scene<S> s, int threads, S* render, S* trans, int32_t* last) {
-    const std::vector<double> reach = find_reach(s);
-    s.reach = reach.data();
+void composite_forward(const Scene<S>& s, int threads, S* render, S* trans, int32_t* last) {
+    find_reach(s, threads);
     parallel_for(s.n_cams * s.tiles_x * s.tiles_y, threads,
                  [&](int64_t index) { forward_tile_any(s, index, render, trans, last); });
 }
 
-// Per-intersection gradient rows, then summed per Gaussian (the sums must start at zero).
+// Per-intersection gradient rows, then summed per Gaussian into the gradient outputs (which
+// are cleared first).
 template <typename S>
-void composite_backward(Scene<S> s, int threads, const S* trans, const int32_t* last,
+void composite_backward(const Scene<S>& s, int threads, const S* trans, const int32_t* last,
                         const S* grad_render, const S* grad_trans, S* grad_isect, S* grad_means2d,
                         S* grad_conics, S* grad_opacities, S* grad_colors) {
     const int D = s.channels;
-    const std::vector<double> reach = find_reach(s);
-    s.reach = reach.data();
     parallel_for(s.n_cams * s.tiles_x * s.tiles_y, threads, [&](int64_t index) {
         backward_tile_any(s, index, trans, last, grad_render, grad_trans, grad_isect);
     });
+    std::fill(grad_means2d, grad_means2d + 2 * s.n_splats, S(0));
+    std::fill(grad_conics, grad_conics + 3 * s.n_splats, S(0));
+    std::fill(grad_opacities, grad_opacities + s.n_splats, S(0));
+    std::fill(grad_colors, grad_colors + D * s.n_splats, S(0));
     for (int64_t k = 0; k < s.n_isects; ++k) {
         const int64_t id = s.flatten_ids[k];
         const S* g = grad_isect + k * (6 + D);
@@ -493,9 +500,10 @@ void composite_backward(Scene<S> s, int threads, const S* trans, const int32_t* 
         const int32_t* offsets, const int32_t* flatten_ids, int64_t n_isects, int64_t n_cams,      \
         int64_t n_splats,                                                                          \
         int width, int height, int tile_size, int tiles_x, int tiles_y, int channels, int threads, \
-        S* render, S* trans, int32_t* last) {                                                      \
+        double* reach, S* render, S* trans, int32_t* last) {                                       \
         const Scene<S> s{means2d, conics, opacities, colors, offsets, flatten_ids, n_isects,       \
-                         n_cams, n_splats, width, height, tile_size, tiles_x, tiles_y, channels};  \
+                         n_cams, n_splats, width, height, tile_size, tiles_x, tiles_y, channels,   \
+                         reach};                                                                   \
         composite_forward(s, threads, render, trans, last);                                        \
     }                                                                                              \
     extern "C" void splat_backward_##SUFFIX(                                                       \
@@ -503,10 +511,12 @@ void composite_backward(Scene<S> s, int threads, const S* trans, const int32_t* 
         const int32_t* offsets, const int32_t* flatten_ids, int64_t n_isects, int64_t n_cams,      \
         int64_t n_splats,                                                                          \
         int width, int height, int tile_size, int tiles_x, int tiles_y, int channels, int threads, \
-        const S* trans, const int32_t* last, const S* grad_render, const S* grad_trans,            \
-        S* grad_isect, S* grad_means2d, S* grad_conics, S* grad_opacities, S* grad_colors) {       \
+        double* reach, const S* trans, const int32_t* last, const S* grad_render,                  \
+        const S* grad_trans, S* grad_isect, S* grad_means2d, S* grad_conics, S* grad_opacities,    \
+        S* grad_colors) {                                                                          \
         const Scene<S> s{means2d, conics, opacities, colors, offsets, flatten_ids, n_isects,       \
-                         n_cams, n_splats, width, height, tile_size, tiles_x, tiles_y, channels};  \
+                         n_cams, n_splats, width, height, tile_size, tiles_x, tiles_y, channels,   \
+                         reach};                                                                   \
         composite_backward(s, threads, trans, last, grad_render, grad_trans, grad_isect,           \
                            grad_means2d, grad_conics, grad_opacities, grad_colors);                \
     }

@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ..torch_rasterizer import Projection, TileIntersections
+from ..torch_rasterizer import Projection, TileIntersections, gsplat_info
 from .build import load_library
 
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
@@ -66,7 +66,7 @@ class _Project(torch.autograd.Function):
     def backward(ctx: Any, _: Tensor, *grads: Tensor) -> Tuple[Optional[Tensor], ...]:
         *inputs, viewmats, Ks = ctx.saved_tensors
         grads = tuple(g.contiguous() for g in grads)
-        results = tuple(torch.zeros_like(t) for t in inputs)
+        results = tuple(torch.empty_like(t) for t in inputs)
         _fn("project_backward", inputs[0].dtype)(
             *_ptrs(*inputs, viewmats, Ks), viewmats.shape[0], inputs[0].shape[0], *ctx.settings,
             torch.get_num_threads(), *_ptrs(*grads, *results),
@@ -119,7 +119,7 @@ class _SHColors(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_colors: Tensor) -> Tuple[Optional[Tensor], ...]:
         means, sh0, shN, viewmats = ctx.saved_tensors
-        results = tuple(torch.zeros_like(t) for t in (means, sh0, shN))
+        results = tuple(torch.empty_like(t) for t in (means, sh0, shN))
         grad_colors = grad_colors.contiguous()
         _fn("sh_backward", means.dtype)(
             *_ptrs(means, sh0, shN), shN.shape[1], viewmats.data_ptr(), viewmats.shape[0],
@@ -169,17 +169,16 @@ def intersect_tiles(
 
 
 def _scene_args(
-    tensors: Tuple[Tensor, ...], isects: TileIntersections, width: int, height: int
+    tensors: Tuple[Tensor, ...], reach: Tensor, isects: TileIntersections, width: int, height: int
 ) -> Tuple[Any, ...]:
-    """The leading arguments shared by the forward and backward library calls."""
+    """The leading arguments shared by the forward and backward library calls. ``reach``
+    [C * N, 2] float64 is filled by the forward pass and read by the backward pass."""
     means2d, conics, opacities, colors = tensors
     return (
-        means2d.data_ptr(), conics.data_ptr(), opacities.data_ptr(), colors.data_ptr(),
-        isects.isect_offsets.data_ptr(), isects.flatten_ids.data_ptr(),
+        *_ptrs(means2d, conics, opacities, colors, isects.isect_offsets, isects.flatten_ids),
         isects.flatten_ids.numel(), means2d.shape[0], means2d.shape[0] * means2d.shape[1],
-        width, height,
-        isects.tile_size, isects.tile_width, isects.tile_height, colors.shape[-1],
-        torch.get_num_threads(),
+        width, height, isects.tile_size, isects.tile_width, isects.tile_height, colors.shape[-1],
+        torch.get_num_threads(), reach.data_ptr(),
     )
 
 
@@ -201,24 +200,24 @@ class _Composite(torch.autograd.Function):
         render = means2d.new_empty(n_cams, height, width, channels)
         trans = means2d.new_empty(n_cams, height, width, 1)
         last = torch.empty(n_cams, height, width, dtype=torch.int32)
+        reach = torch.empty(means2d.shape[0] * means2d.shape[1], 2, dtype=torch.float64)
         _fn("forward", means2d.dtype)(
-            *_scene_args(tensors, isects, width, height),
-            render.data_ptr(), trans.data_ptr(), last.data_ptr(),
+            *_scene_args(tensors, reach, isects, width, height), *_ptrs(render, trans, last)
         )
-        ctx.save_for_backward(*tensors, trans, last)
+        ctx.save_for_backward(*tensors, reach, trans, last)
         ctx.isects, ctx.size = isects, (width, height)
         return render, trans
 
     @staticmethod
     def backward(ctx: Any, grad_render: Tensor, grad_trans: Tensor) -> Tuple[Optional[Tensor], ...]:
-        *tensors, trans, last = ctx.saved_tensors
+        *tensors, reach, trans, last = ctx.saved_tensors
         isects: TileIntersections = ctx.isects
-        grads = [torch.zeros_like(t) for t in tensors]
+        grads = [torch.empty_like(t) for t in tensors]
         rows = tensors[3].shape[-1] + 6
         grad_isect = tensors[0].new_empty(isects.flatten_ids.numel(), rows)
         grad_render, grad_trans = grad_render.contiguous(), grad_trans.contiguous()
         _fn("backward", tensors[0].dtype)(
-            *_scene_args(tuple(tensors), isects, *ctx.size),
+            *_scene_args(tuple(tensors), reach, isects, *ctx.size),
             trans.data_ptr(), last.data_ptr(), grad_render.data_ptr(), grad_trans.data_ptr(),
             grad_isect.data_ptr(), *(g.data_ptr() for g in grads),
         )
@@ -243,27 +242,7 @@ def composite(
     )
     if backgrounds is not None:
         render = render + trans * backgrounds[:, None, None, :]
-    info = {
-        "batch_ids": None,
-        "camera_ids": None,
-        "gaussian_ids": None,
-        "radii": proj.radii,
-        "means2d": proj.means2d,
-        "depths": proj.depths,
-        "conics": proj.conics,
-        "opacities": proj.opacities,
-        "tile_width": isects.tile_width,
-        "tile_height": isects.tile_height,
-        "tiles_per_gauss": isects.tiles_per_gauss,
-        "isect_ids": isects.isect_ids,
-        "flatten_ids": isects.flatten_ids,
-        "isect_offsets": isects.isect_offsets,
-        "width": width,
-        "height": height,
-        "tile_size": tile_size,
-        "n_batches": 1,
-        "n_cameras": n_cams,
-    }
+    info = gsplat_info(proj, isects, width, height, tile_size)
     return render, 1.0 - trans, info
 
 
