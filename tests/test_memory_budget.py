@@ -1,6 +1,9 @@
-"""MemoryBudgetHook steering, with a simulated memory meter so the numbers are exact."""
+"""MemoryBudgetHook steering with simulated memory meters, so every number is exact."""
 
 from __future__ import annotations
+
+import math
+from typing import List, Tuple
 
 import torch
 
@@ -9,77 +12,157 @@ from splattrain.config import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer
 from splattrain.hooks import Hook, MemoryBudgetHook
+from splattrain.hooks.memory_budget import PIXEL_BYTES
 from splattrain.registry import HOOKS
 
 MB = 1024.0 * 1024.0
-BASE, PER_GAUSSIAN = 400 * MB, 2048.0
+BASE, PER_GAUSSIAN, PER_PIXEL = 400 * MB, 2048.0, 1024.0
+
+
+def meter(trainer, per_pixel: float = 0.0, steep_above: float = math.inf) -> float:
+    """400 MB + 2 KB per Gaussian (3 KB for those above ``steep_above``) + ``per_pixel`` per pixel."""
+    count = trainer.model.num_gaussians
+    extra = max(0.0, count - steep_above) * PER_GAUSSIAN / 2
+    return BASE + PER_GAUSSIAN * count + extra + per_pixel * trainer.last_pixels
 
 
 @HOOKS.register()
 class SimulatedMemoryBudgetHook(MemoryBudgetHook):
-    """Reads a simulated meter, peak = 400 MB + 2 KB per Gaussian (test helper)."""
+    """Reads a simulated meter (test helper): exact, or with ``per_pixel`` and a steeper cost
+    above ``steep_above`` Gaussians, as a high-water mark like the CPU's peak resident memory."""
+
+    def __init__(self, per_pixel: float = 0.0, steep_above: float = math.inf, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.meter_args = (per_pixel, steep_above)
+        self.high_water = 0.0
 
     def _peak(self, trainer) -> float:
-        return BASE + PER_GAUSSIAN * trainer.model.num_gaussians
+        self.high_water = max(self.high_water, meter(trainer, *self.meter_args))
+        return self.high_water
 
 
-class PeakProbe(Hook):
+class Probe(Hook):
+    """Tracks the simulated peak and the Gaussian count around every densification."""
+
     priority = 100
 
-    def __init__(self) -> None:
+    def __init__(self, meter_args: Tuple[float, float]) -> None:
         super().__init__()
+        self.meter_args = meter_args
         self.peak = 0.0
+        self.growth: List[Tuple[int, int, int, int]] = []  # (step, before, after, strategy cap)
 
     def before_train_iter(self, trainer, step, batch):
-        self.peak = max(self.peak, BASE + PER_GAUSSIAN * trainer.model.num_gaussians)
+        trainer.last_pixels = batch["image"][..., 0].numel()
+        self.peak = max(self.peak, meter(trainer, *self.meter_args))
+
+    def after_backward(self, trainer, step, outputs):
+        self.before = trainer.model.num_gaussians
+        self.peak = max(self.peak, meter(trainer, *self.meter_args))
+
+    def after_train_iter(self, trainer, step, batch, outputs):
+        self.peak = max(self.peak, meter(trainer, *self.meter_args))
+        self.growth.append((step, self.before, trainer.model.num_gaussians, trainer.strategy.max_gaussians))
 
 
-def run(tmp_path, name: str, max_memory_gb: float):
-    (tmp_path / f"{name}.yaml").write_text(tiny_config_text(tmp_path / name, steps=50, extra=f"""
+def run(tmp_path, name: str, max_memory_gb: float, steps: int = 50, hook_extra: str = "", extra: str = "",
+        checkpoint: str = "null"):
+    (tmp_path / f"{name}.yaml").write_text(tiny_config_text(tmp_path / name, steps=steps, extra=f"""
 strategy: {{refine_start_iter: 5, refine_every: 10, grow_grad2d: 1.0e-7, reset_every: 100000}}
-default_hooks: {{checkpoint: null}}
+default_hooks: {{checkpoint: {checkpoint}}}
 custom_hooks:
-  - {{type: SimulatedMemoryBudgetHook, max_memory: {max_memory_gb}, warmup_steps: 30, strategy: greedy}}
-"""))
+  - {{type: SimulatedMemoryBudgetHook, max_memory: {max_memory_gb}, warmup_steps: 30, strategy: greedy{hook_extra}}}
+{extra}"""))
     cfg = load_config(tmp_path / f"{name}.yaml", ["model.init.num_points=1000", "trainer.hook_timing=false"])
     trainer = DefaultTrainer(cfg, console=Console(quiet=True))
-    probe = PeakProbe()
+    trainer.last_pixels = 0
+    hook = next(h for h in trainer.hooks.hooks if isinstance(h, MemoryBudgetHook))
+    probe = Probe(hook.meter_args)
     trainer.register_hook(probe)
     trainer.train()
-    hook = next(h for h in trainer.hooks.hooks if isinstance(h, MemoryBudgetHook))
-    return trainer, hook, probe.peak
+    return trainer, hook, probe
 
 
 def test_budget_above_warmup_peak_caps_growth(tmp_path):
-    free, free_hook, free_peak = run(tmp_path, "free", 100.0)
+    free, free_hook, free_probe = run(tmp_path, "free", 100.0)
     warmup_peak = max(s[2] for s in free_hook.samples)
-    assert free_peak > warmup_peak + 10 * MB  # densification keeps growing after the warm-up
+    assert free_probe.peak > warmup_peak + 10 * MB  # densification keeps growing after the warm-up
     budget = warmup_peak + 4 * MB  # just above the warm-up peak; the free run exceeds it
-    capped, hook, capped_peak = run(tmp_path, "capped", budget / 1024**3)
-    assert hook.base == BASE and hook.per_gaussian == PER_GAUSSIAN  # the fitted model is exact
-    assert hook.cap == int((budget - BASE) / PER_GAUSSIAN)
-    assert capped_peak <= budget and capped.model.num_gaussians <= hook.cap
-    assert capped.strategy.max_gaussians == hook.cap  # growth itself is capped, not only pruned after
+    capped, hook, probe = run(tmp_path, "capped", budget / 1024**3, steps=90)
+    assert math.isclose(hook.predicted(0), BASE) and math.isclose(hook.per_gaussian, PER_GAUSSIAN)  # exact fit
+    assert abs(hook.cap - (budget - BASE) / PER_GAUSSIAN) <= 1
+    assert probe.peak <= budget and hook.pruned == 0  # growth itself is capped, nothing to prune
+    assert capped.model.num_gaussians > 0.9 * hook.cap  # greedy: it fills most of the budget
+
+
+def test_each_densification_takes_a_quarter_of_the_headroom_at_most(tmp_path):
+    _, hook, probe = run(tmp_path, "steps", (BASE + 60 * MB) / 1024**3, steps=90)
+    grown = [(before, after, cap) for step, before, after, cap in probe.growth if step >= 30 and after > before]
+    assert len(grown) >= 3
+    for before, after, strategy_cap in grown:
+        allowed = before + math.ceil(0.25 * (hook.cap - before))
+        assert after <= strategy_cap == allowed
+
+
+def test_a_steeper_cost_than_the_warmup_showed_is_corrected_without_overshoot(tmp_path):
+    """Above 6000 Gaussians each costs 1.5x what the warm-up measured: the first new peak raises
+    the cost, the cap comes down, the budget holds, and the count does not collapse."""
+    budget = BASE + 24 * MB
+    capped, hook, probe = run(tmp_path, "steep", budget / 1024**3, steps=90, hook_extra=", steep_above: 6000")
+    assert probe.peak <= budget
+    assert hook.per_gaussian > PER_GAUSSIAN and hook.cap < int(24 * MB / PER_GAUSSIAN)
+    assert capped.model.num_gaussians >= 0.8 * hook.cap
+
+
+def test_pixels_are_fitted_across_a_resolution_schedule_and_the_cap_holds_at_full_size(tmp_path):
+    schedule = "  - {type: ResolutionScheduleHook, schedule: [[0, 2], [20, 1]]}\n"
+    budget = BASE + 40 * MB
+    capped, hook, probe = run(tmp_path, "coarse", budget / 1024**3, steps=60,
+                              hook_extra=f", per_pixel: {PER_PIXEL}", extra=schedule)
+    assert hook.pixels == 32 * 32  # the configured training size (1/4 of 128 px)
+    assert math.isclose(hook.per_pixel, PER_PIXEL, rel_tol=1e-6) and math.isclose(hook.per_gaussian, PER_GAUSSIAN, rel_tol=1e-6)
+    assert abs(hook.cap - (budget - BASE - PER_PIXEL * hook.pixels) / PER_GAUSSIAN) <= 1
+    assert probe.peak <= budget
+
+
+def test_one_size_warmup_uses_the_pixel_floor_for_the_full_size_to_come(tmp_path):
+    schedule = "  - {type: ResolutionScheduleHook, schedule: [[0, 2], [40, 1]]}\n"
+    _, hook, _ = run(tmp_path, "floor", (BASE + 40 * MB) / 1024**3, steps=45, extra=schedule)
+    assert hook.per_pixel == PIXEL_BYTES and hook.pixels == 32 * 32
+    warmup_pixels = 16 * 16
+    assert math.isclose(hook.predicted(0, warmup_pixels), BASE, rel_tol=1e-9)
+    assert math.isclose(hook.predicted(0) - BASE, PIXEL_BYTES * (32 * 32 - warmup_pixels), rel_tol=1e-6)
 
 
 def test_conservative_keeps_headroom_and_hard_cap_wins(tmp_path):
     hook = SimulatedMemoryBudgetHook(max_memory=440 / 1024, strategy="conservative", max_gaussians=5000)
     hook.samples = [(1000, 0, BASE + PER_GAUSSIAN * 1000), (4000, 0, BASE + PER_GAUSSIAN * 4000)]
 
-    class Strategy:
-        max_gaussians = 0
-
     class FakeTrainer:
-        strategy = Strategy()
         console = Console(quiet=True)
 
         class model:
             params = {"means": torch.zeros(1, 3)}
 
     hook.fit(FakeTrainer())
-    assert hook.per_gaussian == 1.5 * PER_GAUSSIAN
-    assert hook.cap == 5000 and FakeTrainer.strategy.max_gaussians == 5000
+    assert math.isclose(hook.per_gaussian, 1.5 * PER_GAUSSIAN)
+    assert hook.cap == 5000
     hook.max_gaussians = None
     hook.cap = None
     hook._update_cap(FakeTrainer())
-    assert hook.cap == int(0.85 * 40 * MB / (1.5 * PER_GAUSSIAN))
+    assert abs(hook.cap - 0.85 * 40 * MB / (1.5 * PER_GAUSSIAN)) <= 1
+
+
+def test_resume_restores_the_model_and_limits_growth_again(tmp_path):
+    budget = (BASE + 30 * MB) / 1024**3
+    straight, hook, _ = run(tmp_path, "straight", budget, steps=70,
+                            checkpoint="{interval: 50}")
+    cfg = load_config(tmp_path / "straight.yaml", ["model.init.num_points=1000", "trainer.hook_timing=false"])
+    resumed = DefaultTrainer(cfg, console=Console(quiet=True))
+    resumed.last_pixels = 0
+    resumed.register_hook(Probe((0.0, math.inf)))
+    resumed.train(resume=tmp_path / "straight" / "run" / "ckpt" / "step_000050.pt")
+    again = next(h for h in resumed.hooks.hooks if isinstance(h, MemoryBudgetHook))
+    assert (again.cap, again.base, again.per_gaussian) == (hook.cap, hook.base, hook.per_gaussian)
+    assert resumed.model.num_gaussians == straight.model.num_gaussians <= hook.cap
+    assert 0 < resumed.strategy.max_gaussians <= hook.cap  # the fresh strategy is capped too

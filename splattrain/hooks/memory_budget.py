@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import resource
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -13,6 +14,15 @@ from .base import Hook, Priority
 
 _MB = 1024.0 * 1024.0
 
+#: Lower bound on the bytes a rendered pixel costs in a training step (rendered RGB, alpha and
+#: depth, the target, the loss's intermediates and their gradients), used when the warm-up
+#: saw one image size only and a later step renders more pixels.
+PIXEL_BYTES = 256.0
+
+#: Per strategy: factor on the fitted costs, share of the headroom kept free, and the share of
+#: the remaining headroom one densification step may take.
+_STRATEGIES = {"greedy": (1.0, 0.0, 0.25), "conservative": (1.5, 0.15, 0.125)}
+
 
 def peak_resident_bytes() -> int:
     """Peak resident set size of this process so far."""
@@ -20,27 +30,40 @@ def peak_resident_bytes() -> int:
 
 
 def bytes_per_gaussian(model) -> int:
-    """Parameter, gradient and two Adam moments per Gaussian, in bytes."""
+    """Lower bound on the bytes a Gaussian costs at the peak of a step: its parameters, their
+    gradients and two Adam moments, plus the new copies of parameters and moments that exist
+    next to the old ones while densification grows the model."""
     floats = sum(p[0].numel() for p in model.params.values())
-    return floats * 4 * 4
+    return floats * 4 * (4 + 3)
+
+
+def _spread(values: torch.Tensor) -> bool:
+    """Whether ``values`` vary enough (max > 1.2 min) to measure a slope against them."""
+    return bool(values.max() > 1.2 * values.min())
 
 
 @HOOKS.register()
 class MemoryBudgetHook(Hook):
     """Steers densification so the predicted peak memory stays under ``max_memory`` GB.
 
-    During ``warmup_steps`` it samples peak memory (CUDA: max allocated per step; CPU:
-    the process's peak resident memory) with the Gaussian count and pixels per step, and
-    fits ``peak = base + per_gaussian * N``; let densification start inside the warm-up so
-    the slope is measured (otherwise a lower bound from the parameter and optimizer sizes
-    is used). Afterwards, whenever densification pushes the
-    count over what the budget allows it is capped: the densification strategy's own cap
-    (``max_gaussians`` / MCMC's ``cap_max``) is lowered so growth stops there, and any
-    excess is pruned, least opaque first (optimizer and strategy state follow). ``greedy`` fills the budget;
-    ``conservative`` assumes 1.5x the fitted cost per Gaussian and keeps 15% of the
-    headroom free. When a measured peak exceeds the prediction, the cost per Gaussian is
-    raised to match and the cap lowered (it never rises). A hard ``max_gaussians`` cap is always
-    honoured. Every ``debug_freq`` steps it logs the prediction and the measured peak.
+    Every step, after the backward pass, it samples peak memory (CUDA: max allocated since
+    the previous sample, which covers the update, render and backward pass; CPU: the
+    process's peak resident memory) with the Gaussian count N and the pixels P rendered per step. At
+    ``warmup_steps`` it fits ``peak = base + per_gaussian * N + per_pixel * P`` (let
+    densification start inside the warm-up so the Gaussian slope is measured; a warm-up at
+    one image size uses a lower bound per pixel) and derives the largest count the budget
+    allows at the most pixels a step will render (the configured training resolution, so
+    a coarse-to-fine schedule is accounted for). From then on, before each densification,
+    the strategy's own cap (``max_gaussians`` / MCMC's ``cap_max``) is set so one step may
+    take only part of the headroom left below the cap (``greedy``: a quarter;
+    ``conservative``: an eighth, with 1.5x the fitted costs and 15% of the headroom kept
+    free). A new measured peak above the prediction for the most Gaussians since the
+    previous sample raises the cost per Gaussian and lowers the cap (it never rises).
+    ``greedy`` can exceed the budget at the first step that reveals a cost well above the
+    fitted one; ``conservative`` leaves room for that. A count
+    over the cap is pruned, least opaque first (optimizer and strategy state follow). A hard
+    ``max_gaussians`` cap is always honoured. Every ``debug_freq`` steps it logs the
+    prediction and the measured peak.
     """
 
     priority = Priority.LOW
@@ -54,8 +77,12 @@ class MemoryBudgetHook(Hook):
         debug_freq: int = 100,
     ) -> None:
         super().__init__()
-        if strategy not in ("greedy", "conservative"):
+        if strategy not in _STRATEGIES:
             raise ConfigError(f"MemoryBudgetHook strategy {strategy!r}: use 'greedy' or 'conservative'")
+        if max_memory <= 0:
+            raise ConfigError(f"MemoryBudgetHook max_memory must be > 0 GB, not {max_memory}")
+        if max_gaussians is not None and max_gaussians < 1:
+            raise ConfigError(f"MemoryBudgetHook max_gaussians must be >= 1, not {max_gaussians}")
         self.budget = max_memory * 1024**3
         self.warmup_steps = warmup_steps
         self.strategy = strategy
@@ -64,8 +91,13 @@ class MemoryBudgetHook(Hook):
         self.samples: List[Tuple[int, int, float]] = []  # (gaussians, pixels, peak bytes)
         self.base: Optional[float] = None
         self.per_gaussian: Optional[float] = None
+        self.per_pixel: float = PIXEL_BYTES
+        self.pixels = 0  # the most pixels a training step renders
         self.cap: Optional[int] = None
         self.pruned = 0
+        self._strategy_limit: Optional[int] = None  # the strategy's configured cap, if any
+        self._recent_count = 0  # the most Gaussians since the previous sample
+        self._measured = 0.0  # the peak at the previous sample
 
     # -- measuring -------------------------------------------------------------------
     def _peak(self, trainer) -> float:
@@ -73,82 +105,104 @@ class MemoryBudgetHook(Hook):
             return float(torch.cuda.max_memory_allocated(trainer.device))
         return float(peak_resident_bytes())
 
-    def before_train_iter(self, trainer, step: int, batch: Dict[str, Any]) -> None:
-        if trainer.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(trainer.device)
+    def before_train(self, trainer) -> None:
+        limit = next((getattr(trainer.strategy, a) for a in ("max_gaussians", "cap_max")
+                      if hasattr(trainer.strategy, a)), 0)
+        self._strategy_limit = int(limit) if limit and limit > 0 else None
+        largest = max(f.camera.width * f.camera.height for f in trainer.data.train_frames)
+        self.pixels = max(self.pixels, largest * int(trainer.cfg.trainer.batch_size))
+        self._limit_growth(trainer)
 
     def after_backward(self, trainer, step: int, outputs: Dict[str, Any]) -> None:
+        """Sample, fit at the end of the warm-up, and bound the densification about to run."""
+        count = trainer.model.num_gaussians
+        pixels = int(outputs["render"].rgb[..., 0].numel())
+        self.pixels = max(self.pixels, pixels)
         if self.cap is None:
-            pixels = int(outputs["render"].rgb[..., 0].numel())
-            self.samples.append((trainer.model.num_gaussians, pixels, self._peak(trainer)))
+            self.samples.append((count, pixels, self._peak(trainer)))
+            if step >= self.warmup_steps:
+                self.fit(trainer)
+        else:
+            self._correct(trainer, max(count, self._recent_count))
+        self._recent_count = count
+        if trainer.device.type == "cuda":  # the next sample covers this step's update and the next render
+            torch.cuda.reset_peak_memory_stats(trainer.device)
+        self._limit_growth(trainer)
 
     # -- the model ---------------------------------------------------------------------
     def fit(self, trainer) -> None:
-        """Fit ``base`` and ``per_gaussian`` from the warm-up samples and derive the cap."""
-        counts = torch.tensor([s[0] for s in self.samples], dtype=torch.float64)
-        peaks = torch.tensor([s[2] for s in self.samples], dtype=torch.float64)
-        slope = float(bytes_per_gaussian(trainer.model))
-        if counts.max() > 1.2 * counts.min():  # enough spread to measure the slope
-            centred = counts - counts.mean()
-            slope = max(slope, float((centred * (peaks - peaks.mean())).sum() / centred.square().sum()))
-        self.per_gaussian = slope * (1.5 if self.strategy == "conservative" else 1.0)
-        self.base = float((peaks - slope * counts).max())
+        """Fit the costs from the warm-up samples and derive the cap."""
+        counts, pixels, peaks = torch.tensor(self.samples, dtype=torch.float64).unbind(1)
+        per_gaussian = float(bytes_per_gaussian(trainer.model))
+        per_pixel = PIXEL_BYTES
+        columns = [c for c, varies in ((counts, _spread(counts)), (pixels, _spread(pixels))) if varies]
+        if columns:  # least squares on what varied, the floors where it did not (or came out lower)
+            design = torch.stack([torch.ones_like(peaks), *columns], dim=1)
+            slopes = iter(torch.linalg.lstsq(design, peaks[:, None]).solution[1:, 0].tolist())
+            if _spread(counts):
+                per_gaussian = max(per_gaussian, next(slopes))
+            if _spread(pixels):
+                per_pixel = max(per_pixel, next(slopes))
+        factor = _STRATEGIES[self.strategy][0]
+        self.per_gaussian, self.per_pixel = per_gaussian * factor, per_pixel * factor
+        self.base = float((peaks - per_gaussian * counts - per_pixel * pixels).max())
+        self._measured = float(peaks.max())
         self._update_cap(trainer)
         trainer.console.info(
-            f"memory model: {self.base / _MB:.0f} MB + {self.per_gaussian / 1024:.2f} KB per Gaussian; "
-            f"at most {self.cap} Gaussians under {self.budget / _MB:.0f} MB ({self.strategy})"
+            f"memory model: {self.base / _MB:.0f} MB + {self.per_gaussian / 1024:.2f} KB per Gaussian "
+            f"+ {self.per_pixel:.0f} B per pixel; at most {self.cap} Gaussians at {self.pixels} pixels "
+            f"per step under {self.budget / _MB:.0f} MB ({self.strategy})"
         )
 
-    def _update_cap(self, trainer) -> None:
+    def predicted(self, count: int, pixels: Optional[int] = None) -> float:
+        """Predicted peak bytes for ``count`` Gaussians at ``pixels`` per step (default: the most)."""
         assert self.base is not None and self.per_gaussian is not None
-        headroom = self.budget - self.base
-        if self.strategy == "conservative":
-            headroom *= 0.85
+        return self.base + self.per_gaussian * count + self.per_pixel * (self.pixels if pixels is None else pixels)
+
+    def _update_cap(self, trainer) -> None:
+        headroom = (self.budget - self.predicted(0)) * (1.0 - _STRATEGIES[self.strategy][1])
         cap = max(1, int(headroom / self.per_gaussian))
         if self.max_gaussians is not None:
             cap = min(cap, self.max_gaussians)
-        if self.base >= self.budget:
+        if headroom <= 0:
             trainer.console.warning(
-                f"MemoryBudgetHook: the measured base {self.base / _MB:.0f} MB is over the budget "
-                f"{self.budget / _MB:.0f} MB; keeping the Gaussian count at {cap}", once="memory_base"
+                f"MemoryBudgetHook: the predicted memory without Gaussians, {self.predicted(0) / _MB:.0f} MB, "
+                f"is over the budget {self.budget / _MB:.0f} MB; keeping the Gaussian count at {cap}",
+                once="memory_base",
             )
         self.cap = cap if self.cap is None else min(self.cap, cap)
-        self._cap_strategy(trainer)
 
-    def _correct(self, trainer) -> None:
-        """Raise the per-Gaussian slope when the measured peak exceeds the prediction."""
-        count = trainer.model.num_gaussians
+    def _correct(self, trainer, count: int) -> None:
+        """Raise the per-Gaussian cost when a new peak, reached with at most ``count``
+        Gaussians, exceeds the prediction for them. (A peak that does not rise says nothing:
+        on the CPU it is the high-water mark of the whole run.)"""
         measured = self._peak(trainer)
-        if count > 0 and measured > self.predicted(count):
-            self.per_gaussian = (measured - self.base) / count
+        rose = measured > self._measured or trainer.device.type == "cuda"
+        self._measured = max(self._measured, measured)
+        if rose and count > 0 and measured > self.predicted(count):
+            self.per_gaussian = (measured - self.predicted(0)) / count
             self._update_cap(trainer)
 
-    def _cap_strategy(self, trainer) -> None:
-        """Lower the strategy's own growth cap to ``self.cap``."""
-        strategy = trainer.strategy
-        for attribute in ("max_gaussians", "cap_max"):
-            current = getattr(strategy, attribute, None)
-            if current is not None:
-                setattr(strategy, attribute, self.cap if current <= 0 else min(current, self.cap))
-
-    def after_load_checkpoint(self, trainer, checkpoint: Dict[str, Any]) -> None:
-        if self.cap is not None:
-            self._cap_strategy(trainer)
-
-    def predicted(self, count: int) -> float:
-        """Predicted peak bytes for ``count`` Gaussians."""
-        assert self.base is not None and self.per_gaussian is not None
-        return self.base + self.per_gaussian * count
-
     # -- steering ----------------------------------------------------------------------
+    def _limit_growth(self, trainer) -> None:
+        """Set the strategy's cap: its configured cap, the hard cap, and once fitted, the
+        current count plus the share of the headroom left to the cap one step may take."""
+        limits = [x for x in (self._strategy_limit, self.max_gaussians) if x is not None]
+        if self.cap is not None:
+            count = trainer.model.num_gaussians
+            share = _STRATEGIES[self.strategy][2]
+            limits.append(min(self.cap, count + math.ceil(share * max(0, self.cap - count))))
+        if not limits:
+            return
+        for attribute in ("max_gaussians", "cap_max"):
+            if hasattr(trainer.strategy, attribute):
+                setattr(trainer.strategy, attribute, min(limits))
+
     def after_train_iter(self, trainer, step: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
-        if self.cap is None and step >= self.warmup_steps and self.samples:
-            self.fit(trainer)
-        elif self.cap is not None:
-            self._correct(trainer)
-        limit = self.cap if self.cap is not None else self.max_gaussians
-        if limit is not None and trainer.model.num_gaussians > limit:
-            self._prune_to(trainer, limit)
+        self._recent_count = max(self._recent_count, trainer.model.num_gaussians)
+        limits = [x for x in (self.cap, self.max_gaussians) if x is not None]
+        if limits and trainer.model.num_gaussians > min(limits):
+            self._prune_to(trainer, min(limits))
         if self.cap is not None and self.every_n_steps(trainer, self.debug_freq):
             predicted = self.predicted(trainer.model.num_gaussians) / _MB
             peak = self._peak(trainer) / _MB
@@ -168,15 +222,18 @@ class MemoryBudgetHook(Hook):
 
     def after_run(self, trainer) -> None:
         summary = {"memory/run_peak_mb": self._peak(trainer) / _MB}
-        if self.base is not None:
+        if self.samples:
             summary["memory/warmup_peak_mb"] = max(s[2] for s in self.samples) / _MB
+        if self.cap is not None:
+            summary.update({"memory/cap": float(self.cap), "memory/pruned": float(self.pruned)})
         trainer.writers.write_scalars(summary, trainer.step)
 
     def state_dict(self) -> Dict[str, Any]:
         return {"samples": self.samples, "base": self.base, "per_gaussian": self.per_gaussian,
-                "cap": self.cap, "pruned": self.pruned}
+                "per_pixel": self.per_pixel, "pixels": self.pixels, "cap": self.cap, "pruned": self.pruned}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.samples = [tuple(s) for s in state["samples"]]
         self.base, self.per_gaussian = state["base"], state["per_gaussian"]
+        self.per_pixel, self.pixels = state.get("per_pixel", PIXEL_BYTES), state.get("pixels", 0)
         self.cap, self.pruned = state["cap"], state["pruned"]
