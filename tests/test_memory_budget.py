@@ -127,8 +127,9 @@ def test_pixels_are_fitted_across_a_resolution_schedule_and_the_cap_holds_at_ful
 
 def test_one_size_warmup_uses_the_pixel_floor_for_the_full_size_to_come(tmp_path):
     schedule = "  - {type: ResolutionScheduleHook, schedule: [[0, 2], [40, 1]]}\n"
-    _, hook, _ = run(tmp_path, "floor", (BASE + 40 * MB) / 1024**3, steps=45, extra=schedule)
-    assert hook.per_pixel == PIXEL_BYTES and hook.pixels == 32 * 32
+    _, hook, _ = run(tmp_path, "floor", (BASE + 40 * MB) / 1024**3, steps=35, extra=schedule)
+    assert hook.per_pixel == PIXEL_BYTES and hook.pixels == 32 * 32  # known before any full-size step
+    assert all(pixels == 16 * 16 for _, pixels, _ in hook.samples)
     warmup_pixels = 16 * 16
     assert math.isclose(hook.predicted(0, warmup_pixels), BASE, rel_tol=1e-9)
     assert math.isclose(hook.predicted(0) - BASE, PIXEL_BYTES * (32 * 32 - warmup_pixels), rel_tol=1e-6)

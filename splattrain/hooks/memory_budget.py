@@ -105,13 +105,17 @@ class MemoryBudgetHook(Hook):
             return float(torch.cuda.max_memory_allocated(trainer.device))
         return float(peak_resident_bytes())
 
-    def before_train(self, trainer) -> None:
+    def before_run(self, trainer) -> None:
+        """Note the strategy's configured cap and the configured training size (a resolution
+        schedule shrinks the views only from ``before_train`` on)."""
         limit = next((getattr(trainer.strategy, a) for a in ("max_gaussians", "cap_max")
                       if hasattr(trainer.strategy, a)), 0)
         self._strategy_limit = int(limit) if limit and limit > 0 else None
         largest = max(f.camera.width * f.camera.height for f in trainer.data.train_frames)
         self.pixels = max(self.pixels, largest * int(trainer.cfg.trainer.batch_size))
-        self._limit_growth(trainer)
+
+    def before_train(self, trainer) -> None:
+        self._limit_growth(trainer)  # a resumed run's cap applies from its first step
 
     def after_backward(self, trainer, step: int, outputs: Dict[str, Any]) -> None:
         """Sample, fit at the end of the warm-up, and bound the densification about to run."""
