@@ -9,7 +9,11 @@ import sys
 from pathlib import Path
 from typing import Dict
 
+import pytest
+import torch
+
 from conftest import DEMO, REPO
+from splattrain.hooks.memory_budget import peak_resident_bytes, reset_peak_resident
 
 MARGIN_MB = 30.0
 
@@ -50,3 +54,14 @@ def test_budget_just_above_the_warmup_peak_holds_where_an_unbudgeted_run_exceeds
     assert abs(capped["memory/warmup_peak_mb"] - free["memory/warmup_peak_mb"]) < MARGIN_MB / 3, (capped, free)
     assert capped["memory/run_peak_mb"] <= budget_mb, (capped, budget_mb)
     assert capped["train/num_gaussians"] <= capped["memory/cap"] < free["train/num_gaussians"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="restarting the peak needs Linux's /proc")
+def test_the_resident_peak_restarts_so_setup_transients_do_not_count():
+    assert reset_peak_resident()
+    before = peak_resident_bytes()
+    block = torch.ones(64 * 1024 * 1024 // 4)  # 64 MB, touched
+    assert peak_resident_bytes() >= before + 60 * 1024 * 1024
+    del block
+    assert reset_peak_resident()
+    assert peak_resident_bytes() < before + 16 * 1024 * 1024

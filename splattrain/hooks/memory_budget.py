@@ -25,8 +25,26 @@ _STRATEGIES = {"greedy": (1.0, 0.0, 0.25), "conservative": (1.5, 0.15, 0.125)}
 
 
 def peak_resident_bytes() -> int:
-    """Peak resident set size of this process so far."""
+    """Peak resident set size of this process since it started or since the last
+    :func:`reset_peak_resident` (Linux's VmHWM; elsewhere the lifetime peak)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def reset_peak_resident() -> bool:
+    """Restart the peak resident set size from the current one (Linux); False where it cannot."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def bytes_per_gaussian(model) -> int:
@@ -46,9 +64,11 @@ def _spread(values: torch.Tensor) -> bool:
 class MemoryBudgetHook(Hook):
     """Steers densification so the predicted peak memory stays under ``max_memory`` GB.
 
-    Every step, after the backward pass, it samples peak memory (CUDA: max allocated since
-    the previous sample, which covers the update, render and backward pass; CPU: the
-    process's peak resident memory) with the Gaussian count N and the pixels P rendered per step. At
+    Every step, after the backward pass, it samples the peak memory since the previous
+    sample, which covers the update, render and backward pass (CUDA: max allocated; CPU:
+    the process's peak resident memory, restarted at each sample on Linux, where set-up
+    transients such as image decoding are left out; elsewhere the lifetime peak) with the
+    Gaussian count N and the pixels P rendered per step. At
     ``warmup_steps`` it fits ``peak = base + per_gaussian * N + per_pixel * P`` (let
     densification start inside the warm-up so the Gaussian slope is measured; a warm-up at
     one image size uses a lower bound per pixel) and derives the largest count the budget
@@ -98,6 +118,8 @@ class MemoryBudgetHook(Hook):
         self._strategy_limit: Optional[int] = None  # the strategy's configured cap, if any
         self._recent_count = 0  # the most Gaussians since the previous sample
         self._measured = 0.0  # the peak at the previous sample
+        self._interval_peaks = False  # whether each sample is the peak since the previous one
+        self.run_peak = self.last_peak = 0.0
 
     # -- measuring -------------------------------------------------------------------
     def _peak(self, trainer) -> float:
@@ -115,22 +137,31 @@ class MemoryBudgetHook(Hook):
         self.pixels = max(self.pixels, largest * int(trainer.cfg.trainer.batch_size))
 
     def before_train(self, trainer) -> None:
+        self._interval_peaks = self._reset_peak(trainer)
         self._limit_growth(trainer)  # a resumed run's cap applies from its first step
+
+    def _reset_peak(self, trainer) -> bool:
+        if trainer.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(trainer.device)
+            return True
+        return trainer.device.type == "cpu" and reset_peak_resident()
 
     def after_backward(self, trainer, step: int, outputs: Dict[str, Any]) -> None:
         """Sample, fit at the end of the warm-up, and bound the densification about to run."""
         count = trainer.model.num_gaussians
         pixels = int(outputs["render"].rgb[..., 0].numel())
         self.pixels = max(self.pixels, pixels)
+        measured = self.last_peak = self._peak(trainer)
+        self.run_peak = max(self.run_peak, measured)
         if self.cap is None:
-            self.samples.append((count, pixels, self._peak(trainer)))
+            self.samples.append((count, pixels, measured))
             if step >= self.warmup_steps:
                 self.fit(trainer)
         else:
-            self._correct(trainer, max(count, self._recent_count))
+            self._correct(trainer, max(count, self._recent_count), measured)
         self._recent_count = count
-        if trainer.device.type == "cuda":  # the next sample covers this step's update and the next render
-            torch.cuda.reset_peak_memory_stats(trainer.device)
+        if self._interval_peaks:  # the next sample covers this step's update and the next render
+            self._reset_peak(trainer)
         self._limit_growth(trainer)
 
     # -- the model ---------------------------------------------------------------------
@@ -176,12 +207,11 @@ class MemoryBudgetHook(Hook):
             )
         self.cap = cap if self.cap is None else min(self.cap, cap)
 
-    def _correct(self, trainer, count: int) -> None:
+    def _correct(self, trainer, count: int, measured: float) -> None:
         """Raise the per-Gaussian cost when a new peak, reached with at most ``count``
-        Gaussians, exceeds the prediction for them. (A peak that does not rise says nothing:
-        on the CPU it is the high-water mark of the whole run.)"""
-        measured = self._peak(trainer)
-        rose = measured > self._measured or trainer.device.type == "cuda"
+        Gaussians, exceeds the prediction for them. (Where peaks cannot be restarted, one
+        that does not rise says nothing: it is the high-water mark of the whole run.)"""
+        rose = measured > self._measured or self._interval_peaks
         self._measured = max(self._measured, measured)
         if rose and count > 0 and measured > self.predicted(count):
             self.per_gaussian = (measured - self.predicted(0)) / count
@@ -209,7 +239,7 @@ class MemoryBudgetHook(Hook):
             self._prune_to(trainer, min(limits))
         if self.cap is not None and self.every_n_steps(trainer, self.debug_freq):
             predicted = self.predicted(trainer.model.num_gaussians) / _MB
-            peak = self._peak(trainer) / _MB
+            peak = self.last_peak / _MB
             trainer.writers.write_scalars(
                 {"memory/predicted_mb": predicted, "memory/measured_mb": peak, "memory/cap": float(self.cap)}, step
             )
@@ -225,7 +255,7 @@ class MemoryBudgetHook(Hook):
         self.pruned += excess
 
     def after_run(self, trainer) -> None:
-        summary = {"memory/run_peak_mb": self._peak(trainer) / _MB}
+        summary = {"memory/run_peak_mb": max(self.run_peak, self._peak(trainer)) / _MB}
         if self.samples:
             summary["memory/warmup_peak_mb"] = max(s[2] for s in self.samples) / _MB
         if self.cap is not None:
@@ -234,10 +264,12 @@ class MemoryBudgetHook(Hook):
 
     def state_dict(self) -> Dict[str, Any]:
         return {"samples": self.samples, "base": self.base, "per_gaussian": self.per_gaussian,
-                "per_pixel": self.per_pixel, "pixels": self.pixels, "cap": self.cap, "pruned": self.pruned}
+                "per_pixel": self.per_pixel, "pixels": self.pixels, "cap": self.cap, "pruned": self.pruned,
+                "run_peak": self.run_peak}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.samples = [tuple(s) for s in state["samples"]]
         self.base, self.per_gaussian = state["base"], state["per_gaussian"]
         self.per_pixel, self.pixels = state.get("per_pixel", PIXEL_BYTES), state.get("pixels", 0)
         self.cap, self.pruned = state["cap"], state["pruned"]
+        self.run_peak = state.get("run_peak", 0.0)
