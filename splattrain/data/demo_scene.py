@@ -22,6 +22,8 @@ from typing import Protocol
 import numpy as np
 from PIL import Image
 
+from ..console import Console
+
 Vec3 = tuple[float, float, float]
 
 CAMERA_ANGLE_X = 0.69
@@ -316,7 +318,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     start = time.perf_counter()
     generate_demo_scene(args.out_dir, size=args.size, n_train=args.n_train, n_test=args.n_test)
-    print(f"wrote the demo scene to {args.out_dir} in {time.perf_counter() - start:.1f} s")
+    Console().info(f"wrote the demo scene to {args.out_dir} in {time.perf_counter() - start:.1f} s")
 
 
 if __name__ == "__main__":
