@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 from splattrain.cameras import Camera
 from splattrain.data.images import parallel_map
-from splattrain.data.pipeline import DataPipeline
+from splattrain.data.pipeline import DataPipeline, _to_float, _to_float_host
 from splattrain.data.types import Frame, SceneData
 from splattrain.errors import DataError
 from splattrain.losses import photometric_loss, ssim_map, ssim_nhwc
@@ -62,6 +65,48 @@ def test_prefetching_serves_the_same_batches_and_resumes_exactly(random_backgrou
         resumed.load_state_dict(state)
         assert served(resumed, range(13, 25)) == expected
     ahead.close()
+
+
+def test_host_conversion_matches_the_pytorch_conversion_exactly() -> None:
+    rng = np.random.default_rng(2)
+    for channels in (3, 4):
+        image = rng.integers(0, 256, (2, 9, 7, channels), dtype=np.uint8)
+        background = torch.rand(3, generator=torch.Generator().manual_seed(channels))
+        rgb, alpha = _to_float(torch.from_numpy(image), background)
+        host_rgb, host_alpha = _to_float_host(image, background.numpy())
+        assert host_rgb.dtype == np.float32
+        assert torch.equal(torch.from_numpy(host_rgb), rgb)
+        if channels == 4:
+            assert torch.equal(torch.from_numpy(host_alpha), alpha)
+        else:
+            assert alpha is None and host_alpha is None
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts the process's threads in Linux /proc")
+def test_prefetch_thread_starts_no_second_openmp_team() -> None:
+    """A PyTorch kernel on the prefetch thread would give it an OpenMP team of its own; with
+    more OpenMP threads than cores every PyTorch operation of the loop then waits for wake-ups."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        (torch.rand(1 << 17) * 2).sum()  # the main thread's team exists before counting
+        rng = np.random.default_rng(0)
+        frames = [
+            Frame(rng.integers(0, 256, (128, 128, 4), dtype=np.uint8), Camera(torch.eye(4), torch.eye(3), 128, 128, f"v{k}"), f"v{k}")
+            for k in range(3)
+        ]
+        before = _threads()
+        pipeline = DataPipeline(SceneData(train=frames, test=frames[:1]), WHITE, torch.device("cpu"), prefetch=True)
+        for step in range(1, 5):
+            assert pipeline.next_train(step)["image"].shape == (1, 128, 128, 3)
+        assert _threads() == before + 1  # the prefetch thread alone
+        pipeline.close()
+    finally:
+        torch.set_num_threads(previous)
 
 
 def test_random_background_is_composited_and_rendered_with() -> None:
