@@ -286,6 +286,35 @@ def test_results_do_not_depend_on_threads():
         assert torch.equal(results[0].grads[name], results[1].grads[name]), name
 
 
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or "OpenMP" not in torch.__config__.parallel_info(),
+    reason="shares PyTorch's OpenMP runtime through Linux /proc/self/maps",
+)
+def test_parallel_loops_run_on_pytorchs_openmp_team(library):
+    """No second set of threads competes for the cores with PyTorch's spinning ones."""
+    assert build.share_openmp_runtime() is not None
+    assert library.shares_openmp_team
+
+
+def test_own_threads_give_the_same_results_as_the_openmp_team(library):
+    """Where no OpenMP runtime is shared, the library's own threads do the same work."""
+    scene = make_scene(21, n=400, width=64, height=48, n_cams=2)
+    results = []
+    try:
+        for team in (True, False):
+            library.use_openmp_team(team)
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                results.append(run(cpu.rasterize, scene, backgrounds=torch.ones(2, 3)))
+        assert not library.shares_openmp_team
+    finally:
+        library.use_openmp_team(True)
+    for other in results[1:]:
+        assert torch.equal(results[0].render, other.render)
+        for name in PARAM_NAMES:
+            assert torch.equal(results[0].grads[name], other.grads[name]), name
+
+
 def test_rejects_unsupported_inputs():
     scene = make_scene(16, n=10, width=16, height=16)
     with pytest.raises(ValueError, match="rasterize_mode"):

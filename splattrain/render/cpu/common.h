@@ -20,10 +20,27 @@ constexpr double kAlphaThreshold = 1.0 / 255.0;
 #define SPLAT_CLONES
 #endif
 
+// libgomp's entry point for a parallel region, present when the process's OpenMP runtime (the
+// one PyTorch uses: libgomp, or LLVM's and Intel's runtimes, which export it too) is visible to
+// this library; build.py makes it so. Weak, so the library also loads without one.
+extern "C" void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags)
+    __attribute__((weak));
+
+// Whether parallel_for may use that team (switched off to use the library's own threads).
+inline std::atomic<bool> openmp_team_enabled{true};
+
+inline bool uses_openmp_team() { return GOMP_parallel != nullptr && openmp_team_enabled.load(); }
+
 // Runs body(i) for i in [0, n) on up to `threads` threads, which take indices from a shared
-// counter (dynamic scheduling); the calling thread is one of them. Helpers are detached and the
-// caller waits only for the indices taken, so on a busy machine a helper that has not started
-// yet costs nothing: it later finds no work and exits (touching only the shared counters).
+// counter (dynamic scheduling); the calling thread is one of them.
+//
+// With an OpenMP runtime the work runs on the calling thread's OpenMP team: PyTorch's threads,
+// which after each PyTorch operation spin for a while before sleeping. Fresh threads would
+// compete with those spinning ones for the cores; the team takes the work at once.
+//
+// Without one, helpers are std::threads, detached, and the caller waits only for the indices
+// taken, so on a busy machine a helper that has not started yet costs nothing: it later finds
+// no work and exits (touching only the shared counters).
 template <typename F>
 void parallel_for(int64_t n, int threads, F&& body) {
     struct State {
@@ -40,7 +57,17 @@ void parallel_for(int64_t n, int threads, F&& body) {
             st->done.fetch_add(1, std::memory_order_release);
         }
     };
-    const int helpers = static_cast<int>(std::min<int64_t>(threads, n)) - 1;
+    const int team = static_cast<int>(std::min<int64_t>(threads, n));
+    if (team > 1 && uses_openmp_team()) {
+        GOMP_parallel(
+            [](void* data) {
+                State& st = *static_cast<State*>(data);
+                for (int64_t i = st.next.fetch_add(1); i < st.n; i = st.next.fetch_add(1)) st.task(i);
+            },
+            state.get(), static_cast<unsigned>(team), 0);
+        return;
+    }
+    const int helpers = team - 1;
     try {
         for (int t = 0; t < helpers; ++t) std::thread(work, state).detach();
     } catch (const std::system_error&) {  // no more threads: the caller does the rest
