@@ -21,7 +21,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("rasterize.cpp", "project.cpp"))
 HEADERS = (Path(__file__).with_name("common.h"),)
@@ -99,22 +99,51 @@ def find_compiler() -> str:
     raise BuildError("no C++ compiler found (install g++ or clang++, or set CXX)")
 
 
+def _run(command: List[str], cxx: str) -> subprocess.Popen:
+    try:
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    except OSError as error:
+        raise BuildError(f"running {cxx} failed: {error}") from None
+
+
+def _finish(process: subprocess.Popen, cxx: str) -> None:
+    """Wait for a compiler process; BuildError with its last line when it fails."""
+    try:
+        output, _ = process.communicate(timeout=BUILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise BuildError(f"{cxx} took longer than {BUILD_TIMEOUT_S} s") from None
+    if process.returncode != 0:
+        lines = (output or "").strip().splitlines()
+        detail = lines[-1] if lines else f"exit code {process.returncode}"
+        raise BuildError(f"{cxx} could not compile the CPU rasterizer: {detail}")
+
+
 def _compile(cxx: str, target: Path) -> None:
-    """Compile SOURCES with ``cxx`` to ``target`` atomically (concurrent builds each rename a
-    whole file)."""
+    """Compile SOURCES with ``cxx`` (one compiler process per source, side by side) and link them
+    to ``target`` atomically (concurrent builds each rename a whole file)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    command = [cxx, *FLAGS, *map(str, SOURCES), "-o", str(scratch)]
+    objects = [scratch.with_name(f"{scratch.name}.{source.stem}.o") for source in SOURCES]
+    compile_flags = [flag for flag in FLAGS if flag != "-shared"]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise BuildError(f"running {cxx} failed: {error}") from None
-    if done.returncode != 0:
+        processes = [_run([cxx, *compile_flags, "-c", str(source), "-o", str(obj)], cxx)
+                     for source, obj in zip(SOURCES, objects)]
+        errors = []
+        for process in processes:
+            try:
+                _finish(process, cxx)
+            except BuildError as error:
+                errors.append(error)
+        if errors:
+            raise errors[0]
+        _finish(_run([cxx, *FLAGS, *map(str, objects), "-o", str(scratch)], cxx), cxx)
+        os.replace(scratch, target)
+    finally:
         scratch.unlink(missing_ok=True)
-        lines = (done.stderr or done.stdout).strip().splitlines()
-        detail = lines[-1] if lines else f"exit code {done.returncode}"
-        raise BuildError(f"{cxx} could not compile the CPU rasterizer: {detail}")
-    os.replace(scratch, target)
+        for obj in objects:
+            obj.unlink(missing_ok=True)
 
 
 def _declare(handle: ctypes.CDLL) -> None:

@@ -2,7 +2,8 @@
 // cameras and spherical-harmonics colours. The formulas are those of the PyTorch backend
 // (splattrain/render/torch_rasterizer.py: project) and of gsplat's SH evaluation
 // (splattrain/render/splat_renderers.py: sh_colors), computed per Gaussian in one pass instead
-// of a few dozen whole-tensor operations. Gradients reach means, quats, scales, opacities and
+// of a few dozen whole-tensor operations; SH colours are evaluated 16 Gaussians at a time, so
+// those loops vectorise. Gradients reach means, quats, scales, opacities and
 // SH coefficients; cameras get none. Work is split over Gaussians, each thread summing the
 // cameras of its own Gaussians, so results do not depend on the thread count.
 
@@ -286,66 +287,51 @@ Dual<S> lift(S k, Dual<S>) { return {k, {0, 0, 0}}; }
 // The first `count` real SH bases at unit direction (x, y, z): gsplat's _eval_sh_bases_fast
 // (Sloan, "Efficient Spherical Harmonic Evaluation", JCGT 2013), up to degree 4.
 template <typename S, typename T>
-void sh_bases(int count, T x, T y, T z, T* out) {
-    out[0] = lift(S(0.2820947917738781), x);
+[[gnu::always_inline]] inline void sh_bases(int count, T x, T y, T z, T* out, int stride = 1) {
+    out[0 * stride] = lift(S(0.2820947917738781), x);
     if (count <= 1) return;
-    out[1] = S(-0.48860251190292) * y;
-    out[2] = S(0.48860251190292) * z;
-    out[3] = S(-0.48860251190292) * x;
+    out[1 * stride] = S(-0.48860251190292) * y;
+    out[2 * stride] = S(0.48860251190292) * z;
+    out[3 * stride] = S(-0.48860251190292) * x;
     if (count <= 4) return;
     const T z2 = z * z;
     const T fTmpB = S(-1.092548430592079) * z;
     const T fC1 = x * x - y * y;
     const T fS1 = S(2) * (x * y);
-    out[6] = S(0.9461746957575601) * z2 + S(-0.3153915652525201);
-    out[7] = fTmpB * x;
-    out[5] = fTmpB * y;
-    out[8] = S(0.5462742152960395) * fC1;
-    out[4] = S(0.5462742152960395) * fS1;
+    out[6 * stride] = S(0.9461746957575601) * z2 + S(-0.3153915652525201);
+    out[7 * stride] = fTmpB * x;
+    out[5 * stride] = fTmpB * y;
+    out[8 * stride] = S(0.5462742152960395) * fC1;
+    out[4 * stride] = S(0.5462742152960395) * fS1;
     if (count <= 9) return;
     const T fTmpC = S(-2.285228997322329) * z2 + S(0.4570457994644658);
     const T fTmpB3 = S(1.445305721320277) * z;
     const T fC2 = x * fC1 - y * fS1;
     const T fS2 = x * fS1 + y * fC1;
-    out[12] = z * (S(1.865881662950577) * z2 + S(-1.119528997770346));
-    out[13] = fTmpC * x;
-    out[11] = fTmpC * y;
-    out[14] = fTmpB3 * fC1;
-    out[10] = fTmpB3 * fS1;
-    out[15] = S(-0.5900435899266435) * fC2;
-    out[9] = S(-0.5900435899266435) * fS2;
+    out[12 * stride] = z * (S(1.865881662950577) * z2 + S(-1.119528997770346));
+    out[13 * stride] = fTmpC * x;
+    out[11 * stride] = fTmpC * y;
+    out[14 * stride] = fTmpB3 * fC1;
+    out[10 * stride] = fTmpB3 * fS1;
+    out[15 * stride] = S(-0.5900435899266435) * fC2;
+    out[9 * stride] = S(-0.5900435899266435) * fS2;
     if (count <= 16) return;
     const T fTmpD = z * (S(-4.683325804901025) * z2 + S(2.007139630671868));
     const T fTmpC4 = S(3.31161143515146) * z2 + S(-0.47308734787878);
     const T fTmpB4 = S(-1.770130769779931) * z;
     const T fC3 = x * fC2 - y * fS2;
     const T fS3 = x * fS2 + y * fC2;
-    out[20] = S(1.984313483298443) * (z2 * (S(1.865881662950577) * z2 + S(-1.119528997770346))) +
+    out[20 * stride] = S(1.984313483298443) * (z2 * (S(1.865881662950577) * z2 + S(-1.119528997770346))) +
               S(-1.006230589874905) * (S(0.9461746957575601) * z2 + S(-0.3153915652525201));
-    out[21] = fTmpD * x;
-    out[19] = fTmpD * y;
-    out[22] = fTmpC4 * fC1;
-    out[18] = fTmpC4 * fS1;
-    out[23] = fTmpB4 * fC2;
-    out[17] = fTmpB4 * fS2;
-    out[24] = S(0.6258357354491763) * fC3;
-    out[16] = S(0.6258357354491763) * fS3;
+    out[21 * stride] = fTmpD * x;
+    out[19 * stride] = fTmpD * y;
+    out[22 * stride] = fTmpC4 * fC1;
+    out[18 * stride] = fTmpC4 * fS1;
+    out[23 * stride] = fTmpB4 * fC2;
+    out[17 * stride] = fTmpB4 * fS2;
+    out[24 * stride] = S(0.6258357354491763) * fC3;
+    out[16 * stride] = S(0.6258357354491763) * fS3;
 }
-
-constexpr int kMaxBases = 25;
-
-// View direction of a Gaussian from a camera, normalised like F.normalize.
-template <typename S>
-struct View {
-    S dir[3], norm, unit[3];
-
-    View(const S* mean, const S* campos) {
-        for (int j = 0; j < 3; ++j) dir[j] = mean[j] - campos[j];
-        norm = std::sqrt(dir[0] * dir[0] + dir[1] * dir[1] + dir[2] * dir[2]);
-        const S scale = S(1) / std::max(norm, S(kNormEps));
-        for (int j = 0; j < 3; ++j) unit[j] = dir[j] * scale;
-    }
-};
 
 template <typename S>
 std::vector<S> camera_positions(const S* viewmats, int64_t n_cams) {
@@ -357,30 +343,141 @@ std::vector<S> camera_positions(const S* viewmats, int64_t n_cams) {
     return campos;
 }
 
-// Coefficient k (of `count`) of Gaussian n: sh0 holds k = 0, shN the rest (rest per Gaussian).
+// Gaussians evaluated together in the SH passes: the loops over a block vectorise.
+constexpr int kBlock = 16;
+
+// Colours of Gaussians [n0, n0 + m) in one camera, kCount bases (a constant, so the bases'
+// branches vanish and the loops over the block's lanes vectorise).
+template <int kCount, typename S>
+[[gnu::always_inline]] inline void sh_forward_block(const S* means, const S* sh0, const S* shN, int64_t rest,
+                                                    const S* campos, int64_t n0, int m, S* colors) {
+    alignas(64) S bases[kCount][kBlock];
+    const S cx = campos[0], cy = campos[1], cz = campos[2];
+#pragma omp simd
+    for (int l = 0; l < m; ++l) {
+        const S* mean = means + 3 * (n0 + l);
+        const S dx = mean[0] - cx, dy = mean[1] - cy, dz = mean[2] - cz;
+        const S scale = S(1) / std::max(std::sqrt(dx * dx + dy * dy + dz * dz), S(kNormEps));
+        sh_bases<S, S>(kCount, dx * scale, dy * scale, dz * scale, &bases[0][l], kBlock);
+    }
+    for (int ch = 0; ch < 3; ++ch) {
+#pragma omp simd
+        for (int l = 0; l < m; ++l) {
+            const int64_t n = n0 + l;
+            S sum = bases[0][l] * sh0[3 * n + ch];
+#pragma GCC unroll 24
+            for (int k = 1; k < kCount; ++k) sum += bases[k][l] * shN[3 * (n * rest + k - 1) + ch];
+            colors[3 * n + ch] = std::max(sum + S(0.5), S(0));
+        }
+    }
+}
+
+// Calls call(K) with the number of bases of `degree` as a constant.
+#define SPLAT_BY_DEGREE(degree, call) \
+    switch (degree) {                 \
+        case 0: call(1); break;       \
+        case 1: call(4); break;       \
+        case 2: call(9); break;       \
+        case 3: call(16); break;      \
+        default: call(25);            \
+    }
+
 template <typename S>
-inline const S* coeff(const S* sh0, const S* shN, int64_t rest, int64_t n, int k) {
-    return k == 0 ? sh0 + 3 * n : shN + 3 * (n * rest + k - 1);
+void sh_forward_range(const S* means, const S* sh0, const S* shN, int64_t rest, const S* campos,
+                      int64_t begin, int64_t end, int degree, S* colors) {
+    for (int64_t n0 = begin; n0 < end; n0 += kBlock) {
+        const int m = static_cast<int>(std::min<int64_t>(kBlock, end - n0));
+#define SPLAT_SH_FORWARD(K) sh_forward_block<K>(means, sh0, shN, rest, campos, n0, m, colors)
+        SPLAT_BY_DEGREE(degree, SPLAT_SH_FORWARD)
+#undef SPLAT_SH_FORWARD
+    }
+}
+
+// Splits [0, n) into chunks of kChunk run on `threads` threads; body(begin, end).
+template <typename F>
+void for_ranges(int64_t n, int threads, F&& body) {
+    parallel_for((n + kChunk - 1) / kChunk, threads,
+                 [&](int64_t chunk) { body(chunk * kChunk, std::min(n, (chunk + 1) * kChunk)); });
 }
 
 template <typename S>
 void sh_forward(const S* means, const S* sh0, const S* shN, int64_t rest, const S* viewmats,
                 int64_t n_cams, int64_t n_gauss, int degree, int threads, S* colors) {
-    const int count = (degree + 1) * (degree + 1);
     const std::vector<S> campos = camera_positions(viewmats, n_cams);
-    for_chunks(n_gauss, threads, [&](int64_t n) {
-        for (int64_t c = 0; c < n_cams; ++c) {
-            const View<S> view(means + 3 * n, campos.data() + 3 * c);
-            S basis[kMaxBases];
-            sh_bases<S, S>(count, view.unit[0], view.unit[1], view.unit[2], basis);
-            S* out = colors + 3 * (c * n_gauss + n);
-            for (int ch = 0; ch < 3; ++ch) {
-                S sum = 0;
-                for (int k = 0; k < count; ++k) sum += basis[k] * coeff(sh0, shN, rest, n, k)[ch];
-                out[ch] = std::max(sum + S(0.5), S(0));
-            }
-        }
+    for_ranges(n_gauss, threads, [&](int64_t begin, int64_t end) {
+        for (int64_t c = 0; c < n_cams; ++c)
+            sh_forward_range(means, sh0, shN, rest, campos.data() + 3 * c, begin, end, degree,
+                                 colors + 3 * c * n_gauss);
     });
+}
+
+// Adds the gradients of Gaussians [n0, n0 + m) in one camera, kCount bases, to g_means, g_sh0
+// and g_shN (the SH bases carry their derivatives as Duals, stored [base][lane]).
+template <int kCount, typename S>
+[[gnu::always_inline]] inline void sh_backward_block(const S* means, const S* sh0, const S* shN, int64_t rest,
+                                                     const S* campos, int64_t n0, int m, const S* g_colors,
+                                                     S* g_means, S* g_sh0, S* g_shN) {
+    alignas(64) Dual<S> bases[kCount][kBlock];
+    alignas(64) S unit[3][kBlock], norm[kBlock];
+    const S cx = campos[0], cy = campos[1], cz = campos[2];
+#pragma omp simd
+    for (int l = 0; l < m; ++l) {
+        const S* mean = means + 3 * (n0 + l);
+        const S dx = mean[0] - cx, dy = mean[1] - cy, dz = mean[2] - cz;
+        norm[l] = std::sqrt(dx * dx + dy * dy + dz * dz);
+        const S scale = S(1) / std::max(norm[l], S(kNormEps));
+        unit[0][l] = dx * scale;
+        unit[1][l] = dy * scale;
+        unit[2][l] = dz * scale;
+        const Dual<S> x{unit[0][l], {1, 0, 0}}, y{unit[1][l], {0, 1, 0}}, z{unit[2][l], {0, 0, 1}};
+        sh_bases<S, Dual<S>>(kCount, x, y, z, &bases[0][l], kBlock);
+    }
+#pragma omp simd
+    for (int l = 0; l < m; ++l) {
+        const int64_t n = n0 + l;
+        S g[3];
+#pragma GCC unroll 3
+        for (int ch = 0; ch < 3; ++ch) {  // clamp_min(0) passes the gradient where sum + 0.5 >= 0
+            S sum = bases[0][l].v * sh0[3 * n + ch];
+#pragma GCC unroll 24
+            for (int k = 1; k < kCount; ++k) sum += bases[k][l].v * shN[3 * (n * rest + k - 1) + ch];
+            const S g_in = g_colors[3 * n + ch];
+            g[ch] = sum + S(0.5) >= S(0) ? g_in : S(0);
+        }
+        S g_unit[3] = {0, 0, 0};
+#pragma GCC unroll 25
+        for (int k = 0; k < kCount; ++k) {
+            const S* cf = k == 0 ? sh0 + 3 * n : shN + 3 * (n * rest + k - 1);
+            S* g_cf = k == 0 ? g_sh0 + 3 * n : g_shN + 3 * (n * rest + k - 1);
+            S weight = 0;
+#pragma GCC unroll 3
+            for (int ch = 0; ch < 3; ++ch) {
+                g_cf[ch] += bases[k][l].v * g[ch];
+                weight += cf[ch] * g[ch];
+            }
+#pragma GCC unroll 3
+            for (int j = 0; j < 3; ++j) g_unit[j] += weight * bases[k][l].d[j];
+        }
+        // unit = dir / max(|dir|, eps)
+        const bool normalised = norm[l] > S(kNormEps);
+        const S dot = normalised ? unit[0][l] * g_unit[0] + unit[1][l] * g_unit[1] + unit[2][l] * g_unit[2] : S(0);
+        const S inv = S(1) / std::max(norm[l], S(kNormEps));
+#pragma GCC unroll 3
+        for (int j = 0; j < 3; ++j) g_means[3 * n + j] += (g_unit[j] - unit[j][l] * dot) * inv;
+    }
+}
+
+template <typename S>
+void sh_backward_range(const S* means, const S* sh0, const S* shN, int64_t rest, const S* campos,
+                       int64_t begin, int64_t end, int degree, const S* g_colors, S* g_means, S* g_sh0,
+                       S* g_shN) {
+    for (int64_t n0 = begin; n0 < end; n0 += kBlock) {
+        const int m = static_cast<int>(std::min<int64_t>(kBlock, end - n0));
+#define SPLAT_SH_BACKWARD(K) \
+    sh_backward_block<K>(means, sh0, shN, rest, campos, n0, m, g_colors, g_means, g_sh0, g_shN)
+        SPLAT_BY_DEGREE(degree, SPLAT_SH_BACKWARD)
+#undef SPLAT_SH_BACKWARD
+    }
 }
 
 // Writes every gradient output (no need to clear them first).
@@ -388,43 +485,14 @@ template <typename S>
 void sh_backward(const S* means, const S* sh0, const S* shN, int64_t rest, const S* viewmats,
                  int64_t n_cams, int64_t n_gauss, int degree, int threads, const S* g_colors,
                  S* g_means, S* g_sh0, S* g_shN) {
-    const int count = (degree + 1) * (degree + 1);
     const std::vector<S> campos = camera_positions(viewmats, n_cams);
-    for_chunks(n_gauss, threads, [&](int64_t n) {
-        std::fill(g_means + 3 * n, g_means + 3 * n + 3, S(0));
-        std::fill(g_sh0 + 3 * n, g_sh0 + 3 * n + 3, S(0));
-        std::fill(g_shN + 3 * rest * n, g_shN + 3 * rest * (n + 1), S(0));
-        for (int64_t c = 0; c < n_cams; ++c) {
-            const View<S> view(means + 3 * n, campos.data() + 3 * c);
-            Dual<S> basis[kMaxBases];
-            const Dual<S> x{view.unit[0], {1, 0, 0}}, y{view.unit[1], {0, 1, 0}}, z{view.unit[2], {0, 0, 1}};
-            sh_bases<S, Dual<S>>(count, x, y, z, basis);
-            const S* g_in = g_colors + 3 * (c * n_gauss + n);
-            S g[3];
-            for (int ch = 0; ch < 3; ++ch) {  // clamp_min(0) passes the gradient where sum + 0.5 >= 0
-                S sum = 0;
-                for (int k = 0; k < count; ++k) sum += basis[k].v * coeff(sh0, shN, rest, n, k)[ch];
-                g[ch] = sum + S(0.5) >= S(0) ? g_in[ch] : S(0);
-            }
-            S g_unit[3] = {0, 0, 0};
-            for (int k = 0; k < count; ++k) {
-                const S* cf = coeff(sh0, shN, rest, n, k);
-                S* g_cf = k == 0 ? g_sh0 + 3 * n : g_shN + 3 * (n * rest + k - 1);
-                S weight = 0;
-                for (int ch = 0; ch < 3; ++ch) {
-                    g_cf[ch] += basis[k].v * g[ch];
-                    weight += cf[ch] * g[ch];
-                }
-                for (int j = 0; j < 3; ++j) g_unit[j] += weight * basis[k].d[j];
-            }
-            // unit = dir / max(|dir|, eps)
-            if (view.norm > S(kNormEps)) {
-                const S dot = view.unit[0] * g_unit[0] + view.unit[1] * g_unit[1] + view.unit[2] * g_unit[2];
-                for (int j = 0; j < 3; ++j) g_means[3 * n + j] += (g_unit[j] - view.unit[j] * dot) / view.norm;
-            } else {
-                for (int j = 0; j < 3; ++j) g_means[3 * n + j] += g_unit[j] / S(kNormEps);
-            }
-        }
+    for_ranges(n_gauss, threads, [&](int64_t begin, int64_t end) {
+        std::fill(g_means + 3 * begin, g_means + 3 * end, S(0));
+        std::fill(g_sh0 + 3 * begin, g_sh0 + 3 * end, S(0));
+        std::fill(g_shN + 3 * rest * begin, g_shN + 3 * rest * end, S(0));
+        for (int64_t c = 0; c < n_cams; ++c)
+            sh_backward_range(means, sh0, shN, rest, campos.data() + 3 * c, begin, end, degree,
+                                  g_colors + 3 * c * n_gauss, g_means, g_sh0, g_shN);
     });
 }
 
