@@ -100,6 +100,7 @@ def find_compiler() -> str:
 
 
 def _run(command: List[str], cxx: str) -> subprocess.Popen:
+    """Start a compiler process (output and errors captured together)."""
     try:
         return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     except OSError as error:

@@ -22,12 +22,18 @@ constexpr double kNormEps = 1e-12;  // F.normalize's eps
 constexpr double kDetMin = 1e-10;
 constexpr int64_t kChunk = 512;  // Gaussians per work item
 
-// Splits [0, n) into chunks run on `threads` threads.
+// Splits [0, n) into chunks of kChunk run on `threads` threads; body(begin, end).
+template <typename F>
+void for_ranges(int64_t n, int threads, F&& body) {
+    parallel_for((n + kChunk - 1) / kChunk, threads,
+                 [&](int64_t chunk) { body(chunk * kChunk, std::min(n, (chunk + 1) * kChunk)); });
+}
+
+// for_ranges, with body(i) called for each index.
 template <typename F>
 void for_chunks(int64_t n, int threads, F&& body) {
-    parallel_for((n + kChunk - 1) / kChunk, threads, [&](int64_t chunk) {
-        const int64_t end = std::min(n, (chunk + 1) * kChunk);
-        for (int64_t i = chunk * kChunk; i < end; ++i) body(i);
+    for_ranges(n, threads, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) body(i);
     });
 }
 
@@ -287,7 +293,7 @@ Dual<S> lift(S k, Dual<S>) { return {k, {0, 0, 0}}; }
 // The first `count` real SH bases at unit direction (x, y, z): gsplat's _eval_sh_bases_fast
 // (Sloan, "Efficient Spherical Harmonic Evaluation", JCGT 2013), up to degree 4.
 template <typename S, typename T>
-[[gnu::always_inline]] inline void sh_bases(int count, T x, T y, T z, T* out, int stride = 1) {
+[[gnu::always_inline]] inline void sh_bases(int count, T x, T y, T z, T* out, int stride) {
     out[0 * stride] = lift(S(0.2820947917738781), x);
     if (count <= 1) return;
     out[1 * stride] = S(-0.48860251190292) * y;
@@ -391,13 +397,6 @@ void sh_forward_range(const S* means, const S* sh0, const S* shN, int64_t rest, 
         SPLAT_BY_DEGREE(degree, SPLAT_SH_FORWARD)
 #undef SPLAT_SH_FORWARD
     }
-}
-
-// Splits [0, n) into chunks of kChunk run on `threads` threads; body(begin, end).
-template <typename F>
-void for_ranges(int64_t n, int threads, F&& body) {
-    parallel_for((n + kChunk - 1) / kChunk, threads,
-                 [&](int64_t chunk) { body(chunk * kChunk, std::min(n, (chunk + 1) * kChunk)); });
 }
 
 template <typename S>
