@@ -6,10 +6,11 @@
 // list once, Gaussian by Gaussian, updating a tile row's pixels at once (kLanes pixels, a loop
 // the compiler vectorises; x86-64 builds carry AVX2 and AVX-512 clones picked at load time).
 // Only the rows and lane groups the Gaussian's ellipse can reach at the alpha threshold are
-// visited, so the work follows the Gaussians' footprints. The backward pass walks each list
-// back to front like gsplat's CUDA kernel, rebuilding transmittance by division, and writes one
-// gradient row per intersection; rows are summed per Gaussian in list order afterwards, so
-// results do not depend on the thread count.
+// visited, so the work follows the Gaussians' footprints, and exp(-sigma) is mostly advanced
+// from row to row by multiplications rather than evaluated per pixel (see Group). The backward
+// pass walks each list back to front like gsplat's CUDA kernel, rebuilding transmittance by
+// division, and writes one gradient row per intersection; rows are summed per Gaussian in list
+// order afterwards, so results do not depend on the thread count.
 
 #include <cmath>
 #include <cstring>
@@ -32,11 +33,12 @@ constexpr int kPrefetch = 4;
 // Pixels of a tile row processed together (one AVX-512 register of floats, two AVX2 ones).
 constexpr int kLanes = 16;
 
-// exp(x) for x <= 0 (clamped to [-87, 0]): Cephes' single-precision polynomial, about 1 ulp,
-// written so that loops calling it vectorise.
-[[gnu::always_inline]] inline float exp_neg(float x) {
-    x = std::min(std::max(x, -87.0f), 0.0f);
-    const int n = static_cast<int>(x * 1.44269504088896341f - 0.5f);
+// exp(x) for x clamped to [-87, 87]: Cephes' single-precision polynomial, about 1 ulp, written so
+// that loops calling it vectorise.
+[[gnu::always_inline]] inline float exp_clamped(float x) {
+    x = std::min(std::max(x, -87.0f), 87.0f);
+    const float t = x * 1.44269504088896341f;
+    const int n = static_cast<int>(t + (t >= 0.0f ? 0.5f : -0.5f));
     const float nf = static_cast<float>(n);
     const float r = (x - nf * 0.693359375f) + nf * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
@@ -52,7 +54,7 @@ constexpr int kLanes = 16;
     return y * scale;
 }
 
-[[gnu::always_inline]] inline double exp_neg(double x) { return std::exp(std::min(x, 0.0)); }
+[[gnu::always_inline]] inline double exp_clamped(double x) { return std::exp(std::min(std::max(x, -700.0), 700.0)); }
 
 // Tile rectangle [x0, x1) x [y0, y1) of a projected Gaussian, as the PyTorch backend computes it.
 template <typename S>
@@ -151,12 +153,13 @@ struct Scene {
     const int32_t* flatten_ids;  // [M]
     int64_t n_isects, n_cams, n_splats;  // n_splats = C * N
     int width, height, tile_size, tiles_x, tiles_y, channels;
-    double* reach;  // [C * N, 2]: find_reach's output in the forward pass, its input backward
+    double* reach;  // [C * N, 3]: find_reach's output in the forward pass, its input backward
 };
 
-// Half extents (y, x) in pixels of the ellipse where each Gaussian's alpha can still reach the
-// threshold: sigma <= log(opacity / threshold) + margin. -1 when it reaches no pixel, infinite
-// when its conic is degenerate (then whole tiles are visited).
+// Per Gaussian: the half extents (y, x) in pixels of the ellipse where its alpha can still
+// reach the threshold, sigma <= log(opacity / threshold) + margin, and that level itself
+// (without the margin). Extents are -1 when it reaches no pixel, infinite when its conic is
+// degenerate (then whole tiles are visited).
 template <typename S>
 void find_reach(const Scene<S>& s, int threads) {
     constexpr int64_t kChunk = 4096;
@@ -164,16 +167,18 @@ void find_reach(const Scene<S>& s, int threads) {
         for (int64_t i = chunk * kChunk; i < std::min(s.n_splats, (chunk + 1) * kChunk); ++i) {
             const double a = s.conics[3 * i], b = s.conics[3 * i + 1], c = s.conics[3 * i + 2];
             const double opacity = s.opacities[i];
-            s.reach[2 * i] = s.reach[2 * i + 1] = -1.0;
+            double* out = s.reach + 3 * i;
+            out[0] = out[1] = out[2] = -1.0;
             // alpha = opacity * exp(-sigma) <= opacity: faint Gaussians never pass the threshold.
             if (!(opacity >= static_cast<S>(kAlphaThreshold)) || !std::isfinite(s.means2d[2 * i]) ||
                 !std::isfinite(s.means2d[2 * i + 1]))
                 continue;
             const double det = a * c - b * b;
-            const double level = std::log(opacity / kAlphaThreshold) + kReachMargin;
+            out[2] = std::log(opacity / kAlphaThreshold);
+            const double level = out[2] + kReachMargin;
             const bool ellipse = a > 0 && det > 0;
-            s.reach[2 * i] = ellipse ? std::sqrt(2.0 * level * a / det) : HUGE_VAL;
-            s.reach[2 * i + 1] = ellipse ? std::sqrt(2.0 * level * c / det) : HUGE_VAL;
+            out[0] = ellipse ? std::sqrt(2.0 * level * a / det) : HUGE_VAL;
+            out[1] = ellipse ? std::sqrt(2.0 * level * c / det) : HUGE_VAL;
         }
     });
 }
@@ -205,16 +210,16 @@ struct Tile {
     }
 };
 
-// A Gaussian seen from a tile: its parameters and the rows / lane groups it can reach.
+// A Gaussian seen from a tile: its parameters and the rows / columns it can reach.
 template <typename S>
 struct Splat {
-    S mx, my, a, b, c, opacity;
+    S mx, my, a, b, c, opacity, level;
     const S* rgb;
-    int r0, r1, g0, g1;
+    int r0, r1, c0, c1;
 
     // Starts fetching the data of Gaussian `id` into the cache.
     [[gnu::always_inline]] static void prefetch(const Scene<S>& s, int64_t id) {
-        __builtin_prefetch(s.reach + 2 * id);
+        __builtin_prefetch(s.reach + 3 * id);
         __builtin_prefetch(s.means2d + 2 * id);
         __builtin_prefetch(s.conics + 3 * id);
         __builtin_prefetch(s.opacities + id);
@@ -223,23 +228,80 @@ struct Splat {
 
     // False when the Gaussian reaches no pixel of the tile.
     [[gnu::always_inline]] bool load(const Scene<S>& s, const Tile<S>& t, int64_t id) {
-        const double reach_y = s.reach[2 * id], reach_x = s.reach[2 * id + 1];
-        if (reach_y < 0) return false;
+        const double* reach = s.reach + 3 * id;
+        if (reach[0] < 0) return false;
         mx = s.means2d[2 * id];
         my = s.means2d[2 * id + 1];
         const double y = static_cast<double>(my) - t.y0 - 0.5, x = static_cast<double>(mx) - t.x0 - 0.5;
-        r0 = static_cast<int>(std::max(0.0, std::ceil(y - reach_y)));
-        r1 = static_cast<int>(std::min(t.h - 1.0, std::floor(y + reach_y)));
-        const double c0 = std::max(0.0, std::ceil(x - reach_x));
-        const double c1 = std::min(t.w - 1.0, std::floor(x + reach_x));
-        if (r0 > r1 || c0 > c1) return false;
-        g0 = static_cast<int>(c0) / kLanes;
-        g1 = static_cast<int>(c1) / kLanes;
+        const double top = std::max(0.0, std::ceil(y - reach[0]));
+        const double bottom = std::min(t.h - 1.0, std::floor(y + reach[0]));
+        const double left = std::max(0.0, std::ceil(x - reach[1]));
+        const double right = std::min(t.w - 1.0, std::floor(x + reach[1]));
+        if (top > bottom || left > right) return false;
+        r0 = static_cast<int>(top);
+        r1 = static_cast<int>(bottom);
+        c0 = static_cast<int>(left);
+        c1 = static_cast<int>(right);
         a = s.conics[3 * id];
         b = s.conics[3 * id + 1];
         c = s.conics[3 * id + 2];
         opacity = s.opacities[id];
+        level = static_cast<S>(reach[2]);
         rgb = s.colors + id * s.channels;
+        return true;
+    }
+};
+
+// A Gaussian over one lane group of a tile: per-lane terms hoisted out of the row loop, with
+// sigma = ax + bx * dy + c * dy^2 / 2 for dy = my - (pixel row centre).
+//
+// exp(-sigma) is either evaluated afresh on every row or, when `stepping`, advanced from row to
+// row by two multiplications: going down a row changes sigma by a linear term (`step`) whose
+// own change is the constant c (`decay` = exp(-c)). That is safe when sigma stays below
+// kStepSigmaMax over the rows and columns the Gaussian can reach (it is convex, so checking
+// the corners suffices for a positive definite conic): every factor then stays a normal float. Lanes outside those columns
+// cannot pass the alpha threshold and carry zeros.
+template <typename S>
+struct Group {
+    static constexpr double kStepSigmaMax = 75.0;
+    alignas(64) S dx[kLanes], ax[kLanes], bx[kLanes], adx[kLanes], half_dx2[kLanes];
+    alignas(64) S vis[kLanes], step[kLanes];
+    S decay;
+    int first;  // tile column of lane 0
+    bool stepping;
+
+    // False when the Gaussian reaches no column of the group.
+    [[gnu::always_inline]] bool set(const Splat<S>& g, const Tile<S>& t, int group) {
+        first = group * kLanes;
+        const int lo = std::max(g.c0, first) - first, hi = std::min(g.c1, first + kLanes - 1) - first;
+        if (lo > hi) return false;
+        const S x_first = static_cast<S>(t.x0 + first) + S(0.5);
+#pragma omp simd
+        for (int l = 0; l < kLanes; ++l) {
+            const S d = g.mx - (x_first + static_cast<S>(l));
+            dx[l] = d;
+            adx[l] = g.a * d;
+            half_dx2[l] = S(0.5) * d * d;
+            ax[l] = g.a * half_dx2[l];
+            bx[l] = g.b * d;
+        }
+        const double dy0 = static_cast<double>(g.my) - (t.y0 + g.r0 + 0.5), dy1 = dy0 - (g.r1 - g.r0);
+        const double dx_lo = static_cast<double>(g.mx) - (t.x0 + first + lo + 0.5);
+        const double dx_hi = dx_lo - (hi - lo);
+        auto sigma = [&](double u, double v) { return 0.5 * (g.a * u * u + g.c * v * v) + g.b * u * v; };
+        const bool convex = g.a > 0 && static_cast<double>(g.a) * g.c - static_cast<double>(g.b) * g.b > 0;
+        stepping = convex && g.c <= kStepSigmaMax &&
+                   std::max(std::max(sigma(dx_lo, dy0), sigma(dx_hi, dy0)),
+                            std::max(sigma(dx_lo, dy1), sigma(dx_hi, dy1))) <= kStepSigmaMax;
+        if (!stepping) return true;
+        const S dy = static_cast<S>(dy0), cy = S(0.5) * g.c * dy * dy, slope = g.c * dy - S(0.5) * g.c;
+#pragma omp simd
+        for (int l = 0; l < kLanes; ++l) {
+            const S in = static_cast<S>((l >= lo) & (l <= hi));
+            vis[l] = in * exp_clamped(-(ax[l] + bx[l] * dy + cy));
+            step[l] = in * exp_clamped(bx[l] + slope);
+        }
+        decay = exp_clamped(-g.c);
         return true;
     }
 };
@@ -257,6 +319,52 @@ Buffers<S>& buffers() {
     return b;
 }
 
+// Forward state of a tile's pixels.
+template <typename S>
+struct ForwardPixels {
+    S* __restrict trans;
+    S* __restrict color;  // D planes of n pixels
+    int32_t* __restrict last;
+    int32_t* __restrict done;
+    size_t n;
+};
+
+// Composites one Gaussian (list entry k) over one lane group of the tile's rows r0..r1; adds the
+// pixels that reached the transmittance floor to stops.
+template <int kD, bool kStepping, typename S>
+[[gnu::always_inline]] inline void forward_rows(const Splat<S>& g, Group<S>& q, const Tile<S>& t, int D,
+                                                int32_t k, const ForwardPixels<S>& px, int32_t* stops) {
+    for (int r = g.r0; r <= g.r1; ++r) {
+        const S dy = g.my - (static_cast<S>(t.y0 + r) + S(0.5));
+        const S cy = S(0.5) * g.c * dy * dy;
+        const int p0 = r * t.pitch + q.first;
+#pragma omp simd
+        for (int l = 0; l < kLanes; ++l) {
+            const S sigma = q.ax[l] + q.bx[l] * dy + cy;
+            S vis;
+            if constexpr (kStepping) {
+                vis = q.vis[l];
+                q.vis[l] = vis * q.step[l];
+                q.step[l] *= q.decay;
+            } else {
+                vis = exp_clamped(-sigma);
+            }
+            const S alpha = std::min(g.opacity * vis, S(kAlphaMax));
+            const S T = px.trans[p0 + l];
+            const S next = T * (S(1) - alpha);
+            const bool ok = (px.done[p0 + l] == 0) & (sigma >= S(0)) & (sigma <= g.level);
+            const bool stop = ok & (next <= S(kTransmittanceMin));
+            const bool use = ok & !stop;
+            const S weight = use ? alpha * T : S(0);
+            px.trans[p0 + l] = use ? next : T;
+            px.last[p0 + l] = use ? k : px.last[p0 + l];
+            px.done[p0 + l] |= static_cast<int32_t>(stop);
+            stops[l] += static_cast<int32_t>(stop);
+            for (int d = 0; d < D; ++d) px.color[d * px.n + p0 + l] += weight * g.rgb[d];
+        }
+    }
+}
+
 // kD: the channel count when fixed at compile time (the common 3 and 4), else 0.
 template <int kD, typename S>
 [[gnu::always_inline]] inline void forward_tile(const Scene<S>& s, int64_t index, S* render, S* trans_out,
@@ -270,50 +378,93 @@ template <int kD, typename S>
     buf.last.assign(n, -1);
     buf.done.resize(n);
     for (int p = 0; p < t.size; ++p) buf.done[p] = !t.inside(p);
-    S* __restrict trans = buf.trans.data();
-    S* __restrict color = buf.color.data();
-    int32_t* __restrict last = buf.last.data();
-    int32_t* __restrict done = buf.done.data();
+    const ForwardPixels<S> px{buf.trans.data(), buf.color.data(), buf.last.data(), buf.done.data(), n};
     int alive = t.w * t.h;
     alignas(64) int32_t stops[kLanes];
     Splat<S> g;
+    Group<S> q;
     for (int64_t k = t.start; k < t.end && alive > 0; ++k) {
         if (k + kPrefetch < t.end) Splat<S>::prefetch(s, s.flatten_ids[k + kPrefetch]);
         if (!g.load(s, t, s.flatten_ids[k])) continue;
         std::fill(stops, stops + kLanes, 0);
-        for (int r = g.r0; r <= g.r1; ++r) {
-            const S dy = g.my - (static_cast<S>(t.y0 + r) + S(0.5));
-            for (int group = g.g0; group <= g.g1; ++group) {
-                const int p0 = r * t.pitch + group * kLanes;
-                const S x_first = static_cast<S>(t.x0 + group * kLanes) + S(0.5);
-#pragma omp simd
-                for (int l = 0; l < kLanes; ++l) {
-                    const S dx = g.mx - (x_first + static_cast<S>(l));
-                    const S sigma = S(0.5) * (g.a * dx * dx + g.c * dy * dy) + g.b * dx * dy;
-                    const S alpha_raw = g.opacity * exp_neg(-sigma);
-                    const S alpha = std::min(alpha_raw, S(kAlphaMax));
-                    const S T = trans[p0 + l];
-                    const S next = T * (S(1) - alpha);
-                    const bool ok = (done[p0 + l] == 0) & (sigma >= S(0)) & (alpha_raw >= S(kAlphaThreshold));
-                    const bool stop = ok & (next <= S(kTransmittanceMin));
-                    const bool use = ok & !stop;
-                    const S weight = use ? alpha * T : S(0);
-                    trans[p0 + l] = use ? next : T;
-                    last[p0 + l] = use ? static_cast<int32_t>(k) : last[p0 + l];
-                    done[p0 + l] |= static_cast<int32_t>(stop);
-                    stops[l] += static_cast<int32_t>(stop);
-                    for (int d = 0; d < D; ++d) color[d * n + p0 + l] += weight * g.rgb[d];
-                }
-            }
+        for (int group = g.c0 / kLanes; group <= g.c1 / kLanes; ++group) {
+            if (!q.set(g, t, group)) continue;
+            if (q.stepping)
+                forward_rows<kD, true>(g, q, t, D, static_cast<int32_t>(k), px, stops);
+            else
+                forward_rows<kD, false>(g, q, t, D, static_cast<int32_t>(k), px, stops);
         }
         for (int l = 0; l < kLanes; ++l) alive -= stops[l];
     }
     for (int p = 0; p < t.size; ++p) {
         if (!t.inside(p)) continue;
         const int64_t pixel = t.pixel(s, p);
-        trans_out[pixel] = trans[p];
-        last_out[pixel] = last[p];
-        for (int d = 0; d < D; ++d) render[pixel * D + d] = color[d * n + p];
+        trans_out[pixel] = px.trans[p];
+        last_out[pixel] = px.last[p];
+        for (int d = 0; d < D; ++d) render[pixel * D + d] = px.color[d * n + p];
+    }
+}
+
+// Backward state of a tile's pixels.
+template <typename S>
+struct BackwardPixels {
+    S* __restrict trans;
+    S* __restrict v_trans;
+    S* __restrict v_color;  // D planes of n pixels
+    S* __restrict behind;   // D planes: colour composited behind the current Gaussian
+    int32_t* __restrict last;
+    size_t n;
+};
+
+// Adds one Gaussian's (list entry k) per-lane gradient sums over one lane group of rows r0..r1
+// to sums [6 + D][kLanes], stepping each pixel's transmittance back in front of the Gaussian.
+template <int kD, bool kStepping, typename S>
+[[gnu::always_inline]] inline void backward_rows(const Splat<S>& g, Group<S>& q, const Tile<S>& t, int D,
+                                                 int32_t k, const BackwardPixels<S>& px, S* __restrict sums) {
+    for (int r = g.r0; r <= g.r1; ++r) {
+        const S dy = g.my - (static_cast<S>(t.y0 + r) + S(0.5));
+        const S cy = S(0.5) * g.c * dy * dy;
+        const S bdy = g.b * dy, cdy = g.c * dy, half_dy2 = S(0.5) * dy * dy;
+        const int p0 = r * t.pitch + q.first;
+#pragma omp simd
+        for (int l = 0; l < kLanes; ++l) {
+            const S sigma = q.ax[l] + q.bx[l] * dy + cy;
+            S vis;
+            if constexpr (kStepping) {
+                vis = q.vis[l];
+                q.vis[l] = vis * q.step[l];
+                q.step[l] *= q.decay;
+            } else {
+                vis = exp_clamped(-sigma);
+            }
+            const S alpha_raw = g.opacity * vis;
+            const S alpha = std::min(alpha_raw, S(kAlphaMax));
+            const bool ok = (k <= px.last[p0 + l]) & (sigma >= S(0)) & (sigma <= g.level);
+            const S ra = S(1) / (S(1) - alpha);
+            const S T_after = px.trans[p0 + l];
+            const S T = T_after * ra;  // transmittance in front of this Gaussian
+            px.trans[p0 + l] = ok ? T : T_after;
+            const S fac = ok ? alpha * T : S(0);
+            const S ratio = ok ? ra : S(0);
+            const S T_at = ok ? T : S(0);
+            S v_alpha = ok ? -px.v_trans[p0 + l] * ra : S(0);
+            for (int d = 0; d < D; ++d) {
+                const S vr = px.v_color[d * px.n + p0 + l];
+                const S back = px.behind[d * px.n + p0 + l];
+                sums[(6 + d) * kLanes + l] += fac * vr;
+                v_alpha += (g.rgb[d] * T_at - back * ratio) * vr;
+                px.behind[d * px.n + p0 + l] = back + g.rgb[d] * fac;
+            }
+            // alpha clamped at kAlphaMax passes no gradient to sigma or opacity
+            const bool smooth = ok & (alpha_raw <= S(kAlphaMax));
+            const S v_sigma = smooth ? -alpha_raw * v_alpha : S(0);
+            sums[l] += v_sigma * (q.adx[l] + bdy);
+            sums[kLanes + l] += v_sigma * (q.bx[l] + cdy);
+            sums[2 * kLanes + l] += v_sigma * q.half_dx2[l];
+            sums[3 * kLanes + l] += v_sigma * q.dx[l] * dy;
+            sums[4 * kLanes + l] += v_sigma * half_dy2;
+            sums[5 * kLanes + l] += smooth ? vis * v_alpha : S(0);
+        }
     }
 }
 
@@ -334,71 +485,35 @@ template <int kD, typename S>
     buf.behind.assign(n * D, S(0));
     buf.last.assign(n, -1);
     buf.sums.resize(static_cast<size_t>(row) * kLanes);
-    S* __restrict trans = buf.trans.data();
-    S* __restrict v_trans = buf.v_trans.data();
-    S* __restrict v_color = buf.v_color.data();
-    S* __restrict behind = buf.behind.data();
+    const BackwardPixels<S> px{buf.trans.data(), buf.v_trans.data(), buf.v_color.data(),
+                               buf.behind.data(), buf.last.data(), n};
     S* __restrict sums = buf.sums.data();
-    int32_t* __restrict last = buf.last.data();
     int64_t k_max = -1;
     for (int p = 0; p < t.size; ++p) {
         if (!t.inside(p)) continue;
         const int64_t pixel = t.pixel(s, p);
-        trans[p] = trans_in[pixel];
-        last[p] = last_in[pixel];
-        v_trans[p] = grad_trans[pixel] * trans_in[pixel];
-        for (int d = 0; d < D; ++d) v_color[d * n + p] = grad_render[pixel * D + d];
-        k_max = std::max<int64_t>(k_max, last[p]);
+        px.trans[p] = trans_in[pixel];
+        px.last[p] = last_in[pixel];
+        px.v_trans[p] = grad_trans[pixel] * trans_in[pixel];
+        for (int d = 0; d < D; ++d) px.v_color[d * n + p] = grad_render[pixel * D + d];
+        k_max = std::max<int64_t>(k_max, px.last[p]);
     }
     // Intersections behind every pixel's last contributor get zero rows.
     std::fill(grad_isect + std::max(k_max + 1, t.start) * row, grad_isect + t.end * row, S(0));
     Splat<S> g;
+    Group<S> q;
     for (int64_t k = k_max; k >= t.start; --k) {
         if (k - kPrefetch >= t.start) Splat<S>::prefetch(s, s.flatten_ids[k - kPrefetch]);
         S* out = grad_isect + k * row;
         std::fill(out, out + row, S(0));
         if (!g.load(s, t, s.flatten_ids[k])) continue;
-        const int32_t k32 = static_cast<int32_t>(k);
         std::fill(sums, sums + row * kLanes, S(0));
-        for (int r = g.r0; r <= g.r1; ++r) {
-            const S dy = g.my - (static_cast<S>(t.y0 + r) + S(0.5));
-            for (int group = g.g0; group <= g.g1; ++group) {
-                const int p0 = r * t.pitch + group * kLanes;
-                const S x_first = static_cast<S>(t.x0 + group * kLanes) + S(0.5);
-#pragma omp simd
-                for (int l = 0; l < kLanes; ++l) {
-                    const S dx = g.mx - (x_first + static_cast<S>(l));
-                    const S sigma = S(0.5) * (g.a * dx * dx + g.c * dy * dy) + g.b * dx * dy;
-                    const S vis = exp_neg(-sigma);
-                    const S alpha_raw = g.opacity * vis;
-                    const S alpha = std::min(alpha_raw, S(kAlphaMax));
-                    const bool ok = (k32 <= last[p0 + l]) & (sigma >= S(0)) & (alpha_raw >= S(kAlphaThreshold));
-                    const S ra = S(1) / (S(1) - alpha);
-                    const S T_after = trans[p0 + l];
-                    const S T = T_after * ra;  // transmittance in front of this Gaussian
-                    trans[p0 + l] = ok ? T : T_after;
-                    const S fac = ok ? alpha * T : S(0);
-                    const S ratio = ok ? ra : S(0);
-                    const S T_at = ok ? T : S(0);
-                    S v_alpha = ok ? -v_trans[p0 + l] * ra : S(0);
-                    for (int d = 0; d < D; ++d) {
-                        const S vr = v_color[d * n + p0 + l];
-                        const S back = behind[d * n + p0 + l];
-                        sums[(6 + d) * kLanes + l] += fac * vr;
-                        v_alpha += (g.rgb[d] * T_at - back * ratio) * vr;
-                        behind[d * n + p0 + l] = back + g.rgb[d] * fac;
-                    }
-                    // alpha clamped at kAlphaMax passes no gradient to sigma or opacity
-                    const bool smooth = ok & (alpha_raw <= S(kAlphaMax));
-                    const S v_sigma = smooth ? -alpha_raw * v_alpha : S(0);
-                    sums[l] += v_sigma * (g.a * dx + g.b * dy);
-                    sums[kLanes + l] += v_sigma * (g.b * dx + g.c * dy);
-                    sums[2 * kLanes + l] += S(0.5) * v_sigma * dx * dx;
-                    sums[3 * kLanes + l] += v_sigma * dx * dy;
-                    sums[4 * kLanes + l] += S(0.5) * v_sigma * dy * dy;
-                    sums[5 * kLanes + l] += smooth ? vis * v_alpha : S(0);
-                }
-            }
+        for (int group = g.c0 / kLanes; group <= g.c1 / kLanes; ++group) {
+            if (!q.set(g, t, group)) continue;
+            if (q.stepping)
+                backward_rows<kD, true>(g, q, t, D, static_cast<int32_t>(k), px, sums);
+            else
+                backward_rows<kD, false>(g, q, t, D, static_cast<int32_t>(k), px, sums);
         }
         for (int j = 0; j < row; ++j) {
             S total = S(0);
