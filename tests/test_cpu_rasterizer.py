@@ -228,6 +228,17 @@ def test_huge_and_tiny_gaussians(mode: str):
     assert ours.alphas.max() > (0.1 if mode == "classic" else 0.01)
 
 
+@pytest.mark.parametrize("mode", ["classic", "antialiased"])
+def test_needle_gaussians(mode: str):
+    """Long thin Gaussians at every angle: across a tile row their exponent spans far more than
+    a float's range, so the kernels evaluate exp(-sigma) afresh on each row instead of stepping
+    it from row to row. Mixed with ordinary Gaussians that do step."""
+    scene = make_scene(12, n=200, width=48, height=40, n_cams=2)
+    needles = torch.tensor([0.6, 0.02, 0.02]).expand(80, 3)
+    scene = replace(scene, scales=torch.cat([scene.scales[:120], needles]))
+    assert_matches_torch(scene, torch.rand(2, 3), rasterize_mode=mode)
+
+
 def test_zero_opacity_gaussians_are_culled():
     scene = make_scene(10, n=200, width=32, height=24)
     opacities = scene.opacities.clone()
@@ -313,6 +324,22 @@ def test_own_threads_give_the_same_results_as_the_openmp_team(library):
         assert torch.equal(results[0].render, other.render)
         for name in PARAM_NAMES:
             assert torch.equal(results[0].grads[name], other.grads[name]), name
+
+
+@pytest.mark.parametrize("channels", [3, 4])
+def test_every_instruction_set_matches_the_torch_backend(library, channels: int):
+    """The compositing kernels are built per instruction set (baseline, AVX2, AVX-512); each one
+    this CPU runs matches the reference, so a machine without AVX-512 is covered too."""
+    assert library.instruction_sets[0] == "baseline"
+    scene = make_scene(22, n=300, width=40, height=36, n_cams=2, channels=channels)
+    try:
+        for name in library.instruction_sets:
+            library.use_instruction_set(name)
+            assert_matches_torch(scene, torch.rand(2, channels, generator=torch.Generator().manual_seed(1)))
+    finally:
+        library.use_instruction_set(None)
+    with pytest.raises(ValueError, match="sse9"):
+        library.use_instruction_set("sse9")
 
 
 def test_rejects_unsupported_inputs():

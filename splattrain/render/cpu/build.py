@@ -21,12 +21,13 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("rasterize.cpp", "project.cpp"))
-HEADERS = (Path(__file__).with_name("common.h"),)
+HEADERS = tuple(Path(__file__).with_name(name) for name in ("common.h", "composite_tile.inc"))
 FLAGS = ("-std=c++17", "-O3", "-fno-math-errno", "-fno-trapping-math", "-fopenmp-simd", "-fPIC", "-shared", "-pthread")
 BUILD_TIMEOUT_S = 300
+INSTRUCTION_SETS = ("baseline", "avx2", "avx512")
 
 
 class BuildError(RuntimeError):
@@ -57,6 +58,19 @@ class Library:
         """Run parallel loops on the OpenMP team when one is shared (``enable``), or on the
         library's own threads; returns :attr:`shares_openmp_team` afterwards."""
         return bool(self.handle.splat_use_openmp_team(int(enable)))
+
+    @property
+    def instruction_sets(self) -> Tuple[str, ...]:
+        """The instruction sets the compositing kernels can run with on this CPU, narrowest
+        first; the widest is used unless :meth:`use_instruction_set` picks another."""
+        return INSTRUCTION_SETS[: self.handle.splat_widest_isa() + 1]
+
+    def use_instruction_set(self, name: Optional[str]) -> None:
+        """Run the compositing kernels with ``name`` (one of :attr:`instruction_sets`), or with
+        the widest when None. ValueError for a set this CPU or build does not have."""
+        if name is not None and name not in self.instruction_sets:
+            raise ValueError(f"instruction set {name!r} is not available here; choose from {self.instruction_sets}")
+        self.handle.splat_use_isa(-1 if name is None else INSTRUCTION_SETS.index(name))
 
 
 _LOCK = threading.Lock()
@@ -173,6 +187,8 @@ def _declare(handle: ctypes.CDLL) -> None:
         backward.argtypes, backward.restype = [*scene, *[ptr] * 9], None
     handle.splat_shares_openmp_team.argtypes, handle.splat_shares_openmp_team.restype = [], i32
     handle.splat_use_openmp_team.argtypes, handle.splat_use_openmp_team.restype = [i32], i32
+    handle.splat_widest_isa.argtypes, handle.splat_widest_isa.restype = [], i32
+    handle.splat_use_isa.argtypes, handle.splat_use_isa.restype = [i32], i32
 
 
 def load_library(log: Optional[Callable[[str], None]] = None) -> Library:

@@ -13,11 +13,12 @@ namespace splat {
 
 constexpr double kAlphaThreshold = 1.0 / 255.0;
 
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
-// AVX-512, AVX2 and baseline builds of a function, picked once when the library is loaded.
-#define SPLAT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+// Whether the compositing kernels are also built for AVX2 and AVX-512 and picked at run time
+// (GCC on x86-64; other compilers and machines build the baseline only).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SPLAT_X86_VARIANTS 1
 #else
-#define SPLAT_CLONES
+#define SPLAT_X86_VARIANTS 0
 #endif
 
 // libgomp's entry point for a parallel region, present when the process's OpenMP runtime (the

@@ -3,8 +3,9 @@
 // tensors arrive as raw pointers to contiguous arrays.
 //
 // Threads take tiles from a shared counter (dynamic scheduling). A tile walks its depth-sorted
-// list once, Gaussian by Gaussian, updating a tile row's pixels at once (kLanes pixels, a loop
-// the compiler vectorises; x86-64 builds carry AVX2 and AVX-512 clones picked at load time).
+// list once, Gaussian by Gaussian, updating a tile row's kLanes pixels a vector register at a
+// time (the kernels in composite_tile.inc; x86-64 builds also carry AVX2 and AVX-512 copies,
+// picked at run time).
 // Only the rows and lane groups the Gaussian's ellipse can reach at the alpha threshold are
 // visited, so the work follows the Gaussians' footprints, and exp(-sigma) is mostly advanced
 // from row to row by multiplications rather than evaluated per pixel (see Group). The backward
@@ -12,8 +13,10 @@
 // division, and writes one gradient row per intersection; rows are summed per Gaussian in list
 // order afterwards, so results do not depend on the thread count.
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "common.h"
@@ -30,7 +33,8 @@ constexpr double kTransmittanceMin = 1e-4;
 constexpr double kReachMargin = 0.05;
 // How many list entries ahead a tile fetches Gaussians into the cache.
 constexpr int kPrefetch = 4;
-// Pixels of a tile row processed together (one AVX-512 register of floats, two AVX2 ones).
+// Pixels of a tile row a Gaussian is composited over at once (one AVX-512 register of floats,
+// two AVX2 ones, four baseline ones).
 constexpr int kLanes = 16;
 
 // exp(x) for x clamped to [-87, 87]: Cephes' single-precision polynomial, about 1 ulp, written so
@@ -258,9 +262,9 @@ struct Splat {
 // exp(-sigma) is either evaluated afresh on every row or, when `stepping`, advanced from row to
 // row by two multiplications: going down a row changes sigma by a linear term (`step`) whose
 // own change is the constant c (`decay` = exp(-c)). That is safe when sigma stays below
-// kStepSigmaMax over the rows and columns the Gaussian can reach (it is convex, so checking
-// the corners suffices for a positive definite conic): every factor then stays a normal float. Lanes outside those columns
-// cannot pass the alpha threshold and carry zeros.
+// kStepSigmaMax over the rows and columns the Gaussian can reach (for a positive definite conic
+// it is convex, so checking the corners suffices): every factor then stays a normal float.
+// Lanes outside those columns cannot pass the alpha threshold and carry zeros.
 template <typename S>
 struct Group {
     static constexpr double kStepSigmaMax = 75.0;
@@ -309,7 +313,7 @@ struct Group {
 // Per-thread pixel state of a tile, reused across tiles.
 template <typename S>
 struct Buffers {
-    std::vector<S> trans, color, v_color, v_trans, behind, sums;
+    std::vector<S> trans, color, v_color, v_trans, behind;
     std::vector<int32_t> last, done;
 };
 
@@ -329,82 +333,6 @@ struct ForwardPixels {
     size_t n;
 };
 
-// Composites one Gaussian (list entry k) over one lane group of the tile's rows r0..r1; adds the
-// pixels that reached the transmittance floor to stops.
-template <int kD, bool kStepping, typename S>
-[[gnu::always_inline]] inline void forward_rows(const Splat<S>& g, Group<S>& q, const Tile<S>& t, int D,
-                                                int32_t k, const ForwardPixels<S>& px, int32_t* stops) {
-    for (int r = g.r0; r <= g.r1; ++r) {
-        const S dy = g.my - (static_cast<S>(t.y0 + r) + S(0.5));
-        const S cy = S(0.5) * g.c * dy * dy;
-        const int p0 = r * t.pitch + q.first;
-#pragma omp simd
-        for (int l = 0; l < kLanes; ++l) {
-            const S sigma = q.ax[l] + q.bx[l] * dy + cy;
-            S vis;
-            if constexpr (kStepping) {
-                vis = q.vis[l];
-                q.vis[l] = vis * q.step[l];
-                q.step[l] *= q.decay;
-            } else {
-                vis = exp_clamped(-sigma);
-            }
-            const S alpha = std::min(g.opacity * vis, S(kAlphaMax));
-            const S T = px.trans[p0 + l];
-            const S next = T * (S(1) - alpha);
-            const bool ok = (px.done[p0 + l] == 0) & (sigma >= S(0)) & (sigma <= g.level);
-            const bool stop = ok & (next <= S(kTransmittanceMin));
-            const bool use = ok & !stop;
-            const S weight = use ? alpha * T : S(0);
-            px.trans[p0 + l] = use ? next : T;
-            px.last[p0 + l] = use ? k : px.last[p0 + l];
-            px.done[p0 + l] |= static_cast<int32_t>(stop);
-            stops[l] += static_cast<int32_t>(stop);
-            for (int d = 0; d < D; ++d) px.color[d * px.n + p0 + l] += weight * g.rgb[d];
-        }
-    }
-}
-
-// kD: the channel count when fixed at compile time (the common 3 and 4), else 0.
-template <int kD, typename S>
-[[gnu::always_inline]] inline void forward_tile(const Scene<S>& s, int64_t index, S* render, S* trans_out,
-                                                int32_t* last_out) {
-    const Tile<S> t(s, index);
-    const int D = kD > 0 ? kD : s.channels;
-    const size_t n = t.size;
-    Buffers<S>& buf = buffers<S>();
-    buf.trans.assign(n, S(1));
-    buf.color.assign(n * D, S(0));
-    buf.last.assign(n, -1);
-    buf.done.resize(n);
-    for (int p = 0; p < t.size; ++p) buf.done[p] = !t.inside(p);
-    const ForwardPixels<S> px{buf.trans.data(), buf.color.data(), buf.last.data(), buf.done.data(), n};
-    int alive = t.w * t.h;
-    alignas(64) int32_t stops[kLanes];
-    Splat<S> g;
-    Group<S> q;
-    for (int64_t k = t.start; k < t.end && alive > 0; ++k) {
-        if (k + kPrefetch < t.end) Splat<S>::prefetch(s, s.flatten_ids[k + kPrefetch]);
-        if (!g.load(s, t, s.flatten_ids[k])) continue;
-        std::fill(stops, stops + kLanes, 0);
-        for (int group = g.c0 / kLanes; group <= g.c1 / kLanes; ++group) {
-            if (!q.set(g, t, group)) continue;
-            if (q.stepping)
-                forward_rows<kD, true>(g, q, t, D, static_cast<int32_t>(k), px, stops);
-            else
-                forward_rows<kD, false>(g, q, t, D, static_cast<int32_t>(k), px, stops);
-        }
-        for (int l = 0; l < kLanes; ++l) alive -= stops[l];
-    }
-    for (int p = 0; p < t.size; ++p) {
-        if (!t.inside(p)) continue;
-        const int64_t pixel = t.pixel(s, p);
-        trans_out[pixel] = px.trans[p];
-        last_out[pixel] = px.last[p];
-        for (int d = 0; d < D; ++d) render[pixel * D + d] = px.color[d * n + p];
-    }
-}
-
 // Backward state of a tile's pixels.
 template <typename S>
 struct BackwardPixels {
@@ -416,157 +344,94 @@ struct BackwardPixels {
     size_t n;
 };
 
-// Adds one Gaussian's (list entry k) per-lane gradient sums over one lane group of rows r0..r1
-// to sums [6 + D][kLanes], stepping each pixel's transmittance back in front of the Gaussian.
-template <int kD, bool kStepping, typename S>
-[[gnu::always_inline]] inline void backward_rows(const Splat<S>& g, Group<S>& q, const Tile<S>& t, int D,
-                                                 int32_t k, const BackwardPixels<S>& px, S* __restrict sums) {
-    for (int r = g.r0; r <= g.r1; ++r) {
-        const S dy = g.my - (static_cast<S>(t.y0 + r) + S(0.5));
-        const S cy = S(0.5) * g.c * dy * dy;
-        const S bdy = g.b * dy, cdy = g.c * dy, half_dy2 = S(0.5) * dy * dy;
-        const int p0 = r * t.pitch + q.first;
-#pragma omp simd
-        for (int l = 0; l < kLanes; ++l) {
-            const S sigma = q.ax[l] + q.bx[l] * dy + cy;
-            S vis;
-            if constexpr (kStepping) {
-                vis = q.vis[l];
-                q.vis[l] = vis * q.step[l];
-                q.step[l] *= q.decay;
-            } else {
-                vis = exp_clamped(-sigma);
-            }
-            const S alpha_raw = g.opacity * vis;
-            const S alpha = std::min(alpha_raw, S(kAlphaMax));
-            const bool ok = (k <= px.last[p0 + l]) & (sigma >= S(0)) & (sigma <= g.level);
-            const S ra = S(1) / (S(1) - alpha);
-            const S T_after = px.trans[p0 + l];
-            const S T = T_after * ra;  // transmittance in front of this Gaussian
-            px.trans[p0 + l] = ok ? T : T_after;
-            const S fac = ok ? alpha * T : S(0);
-            const S ratio = ok ? ra : S(0);
-            const S T_at = ok ? T : S(0);
-            S v_alpha = ok ? -px.v_trans[p0 + l] * ra : S(0);
-            for (int d = 0; d < D; ++d) {
-                const S vr = px.v_color[d * px.n + p0 + l];
-                const S back = px.behind[d * px.n + p0 + l];
-                sums[(6 + d) * kLanes + l] += fac * vr;
-                v_alpha += (g.rgb[d] * T_at - back * ratio) * vr;
-                px.behind[d * px.n + p0 + l] = back + g.rgb[d] * fac;
-            }
-            // alpha clamped at kAlphaMax passes no gradient to sigma or opacity
-            const bool smooth = ok & (alpha_raw <= S(kAlphaMax));
-            const S v_sigma = smooth ? -alpha_raw * v_alpha : S(0);
-            sums[l] += v_sigma * (q.adx[l] + bdy);
-            sums[kLanes + l] += v_sigma * (q.bx[l] + cdy);
-            sums[2 * kLanes + l] += v_sigma * q.half_dx2[l];
-            sums[3 * kLanes + l] += v_sigma * q.dx[l] * dy;
-            sums[4 * kLanes + l] += v_sigma * half_dy2;
-            sums[5 * kLanes + l] += smooth ? vis * v_alpha : S(0);
-        }
+// The tile kernels, compiled once per instruction set with vectors of its register width. GCC
+// lowers vector-extension code for the target of the function it sits in, before inlining, so
+// each set needs whole copies of the kernels rather than target clones of their callers.
+#define SPLAT_VECTOR_BYTES 16
+namespace baseline {
+#include "composite_tile.inc"
+}  // namespace baseline
+#undef SPLAT_VECTOR_BYTES
+
+#if SPLAT_X86_VARIANTS
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#define SPLAT_VECTOR_BYTES 32
+namespace avx2 {
+#include "composite_tile.inc"
+}  // namespace avx2
+#undef SPLAT_VECTOR_BYTES
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#define SPLAT_VECTOR_BYTES 64
+namespace avx512 {
+#include "composite_tile.inc"
+}  // namespace avx512
+#undef SPLAT_VECTOR_BYTES
+#pragma GCC pop_options
+#endif
+
+// A forward and a backward tile kernel.
+template <typename S>
+struct Kernels {
+    void (*forward)(const Scene<S>&, int64_t, S*, S*, int32_t*);
+    void (*backward)(const Scene<S>&, int64_t, const S*, const int32_t*, const S*, const S*, S*);
+};
+
+// Instruction sets the kernels are built for, narrowest first (the numbering is exported).
+enum class Isa { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };
+
+// The widest instruction set this CPU runs that the kernels are built for.
+Isa widest_isa() {
+    static const Isa isa = [] {
+#if SPLAT_X86_VARIANTS
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx512f")) return Isa::kAvx512;
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
+#endif
+        return Isa::kBaseline;
+    }();
+    return isa;
+}
+
+// A narrower set asked for (tests compare them), or -1 for the widest.
+std::atomic<int> chosen_isa{-1};
+
+Isa active_isa() {
+    const int chosen = chosen_isa.load();
+    return chosen < 0 ? widest_isa() : static_cast<Isa>(chosen);
+}
+
+template <int kD>
+Kernels<float> float_kernels() {
+    switch (active_isa()) {
+#if SPLAT_X86_VARIANTS
+        case Isa::kAvx512: return {avx512::forward_tile<kD, float>, avx512::backward_tile<kD, float>};
+        case Isa::kAvx2: return {avx2::forward_tile<kD, float>, avx2::backward_tile<kD, float>};
+#endif
+        default: return {baseline::forward_tile<kD, float>, baseline::backward_tile<kD, float>};
     }
 }
 
-// Writes the gradient rows [6 + D] (mean x, y, conic a, b, c, opacity, colours) of the tile's
-// intersections into grad_isect.
-template <int kD, typename S>
-[[gnu::always_inline]] inline void backward_tile(const Scene<S>& s, int64_t index, const S* trans_in,
-                                                 const int32_t* last_in, const S* grad_render,
-                                                 const S* grad_trans, S* grad_isect) {
-    const Tile<S> t(s, index);
-    const int D = kD > 0 ? kD : s.channels;
-    const int row = 6 + D;
-    const size_t n = t.size;
-    Buffers<S>& buf = buffers<S>();
-    buf.trans.assign(n, S(1));
-    buf.v_trans.assign(n, S(0));
-    buf.v_color.assign(n * D, S(0));
-    buf.behind.assign(n * D, S(0));
-    buf.last.assign(n, -1);
-    buf.sums.resize(static_cast<size_t>(row) * kLanes);
-    const BackwardPixels<S> px{buf.trans.data(), buf.v_trans.data(), buf.v_color.data(),
-                               buf.behind.data(), buf.last.data(), n};
-    S* __restrict sums = buf.sums.data();
-    int64_t k_max = -1;
-    for (int p = 0; p < t.size; ++p) {
-        if (!t.inside(p)) continue;
-        const int64_t pixel = t.pixel(s, p);
-        px.trans[p] = trans_in[pixel];
-        px.last[p] = last_in[pixel];
-        px.v_trans[p] = grad_trans[pixel] * trans_in[pixel];
-        for (int d = 0; d < D; ++d) px.v_color[d * n + p] = grad_render[pixel * D + d];
-        k_max = std::max<int64_t>(k_max, px.last[p]);
+// float with 3 or 4 channels (the renderer's cases) runs the widest build; float64 (used to
+// check gradients) and other channel counts run the baseline build.
+template <typename S>
+Kernels<S> kernels(int channels) {
+    if constexpr (std::is_same_v<S, float>) {
+        if (channels == 3) return float_kernels<3>();
+        if (channels == 4) return float_kernels<4>();
     }
-    // Intersections behind every pixel's last contributor get zero rows.
-    std::fill(grad_isect + std::max(k_max + 1, t.start) * row, grad_isect + t.end * row, S(0));
-    Splat<S> g;
-    Group<S> q;
-    for (int64_t k = k_max; k >= t.start; --k) {
-        if (k - kPrefetch >= t.start) Splat<S>::prefetch(s, s.flatten_ids[k - kPrefetch]);
-        S* out = grad_isect + k * row;
-        std::fill(out, out + row, S(0));
-        if (!g.load(s, t, s.flatten_ids[k])) continue;
-        std::fill(sums, sums + row * kLanes, S(0));
-        for (int group = g.c0 / kLanes; group <= g.c1 / kLanes; ++group) {
-            if (!q.set(g, t, group)) continue;
-            if (q.stepping)
-                backward_rows<kD, true>(g, q, t, D, static_cast<int32_t>(k), px, sums);
-            else
-                backward_rows<kD, false>(g, q, t, D, static_cast<int32_t>(k), px, sums);
-        }
-        for (int j = 0; j < row; ++j) {
-            S total = S(0);
-            for (int l = 0; l < kLanes; ++l) total += sums[j * kLanes + l];
-            out[j] = total;
-        }
-    }
-}
-
-// Calls call(D) with the scene's channel count D as a constant when it is 3 or 4, else 0.
-// (A macro, not a lambda: the tile code must be inlined into each target clone.)
-#define SPLAT_BY_CHANNELS(call) \
-    switch (s.channels) {       \
-        case 3: call(3); break; \
-        case 4: call(4); break; \
-        default: call(0);       \
-    }
-
-SPLAT_CLONES void forward_tile_f32(const Scene<float>& s, int64_t index, float* render, float* trans,
-                                   int32_t* last) {
-#define SPLAT_FORWARD(D) forward_tile<D>(s, index, render, trans, last)
-    SPLAT_BY_CHANNELS(SPLAT_FORWARD)
-#undef SPLAT_FORWARD
-}
-
-SPLAT_CLONES void backward_tile_f32(const Scene<float>& s, int64_t index, const float* trans,
-                                    const int32_t* last, const float* grad_render,
-                                    const float* grad_trans, float* grad_isect) {
-#define SPLAT_BACKWARD(D) backward_tile<D>(s, index, trans, last, grad_render, grad_trans, grad_isect)
-    SPLAT_BY_CHANNELS(SPLAT_BACKWARD)
-#undef SPLAT_BACKWARD
-}
-
-void forward_tile_any(const Scene<float>& s, int64_t i, float* r, float* t, int32_t* l) {
-    forward_tile_f32(s, i, r, t, l);
-}
-void forward_tile_any(const Scene<double>& s, int64_t i, double* r, double* t, int32_t* l) {
-    forward_tile<0>(s, i, r, t, l);
-}
-void backward_tile_any(const Scene<float>& s, int64_t i, const float* t, const int32_t* l,
-                       const float* gr, const float* gt, float* gi) {
-    backward_tile_f32(s, i, t, l, gr, gt, gi);
-}
-void backward_tile_any(const Scene<double>& s, int64_t i, const double* t, const int32_t* l,
-                       const double* gr, const double* gt, double* gi) {
-    backward_tile<0>(s, i, t, l, gr, gt, gi);
+    return {baseline::forward_tile<0, S>, baseline::backward_tile<0, S>};
 }
 
 template <typename S>
 void composite_forward(const Scene<S>& s, int threads, S* render, S* trans, int32_t* last) {
     find_reach(s, threads);
+    const Kernels<S> run = kernels<S>(s.channels);
     parallel_for(s.n_cams * s.tiles_x * s.tiles_y, threads,
-                 [&](int64_t index) { forward_tile_any(s, index, render, trans, last); });
+                 [&](int64_t index) { run.forward(s, index, render, trans, last); });
 }
 
 // Per-intersection gradient rows, then summed per Gaussian into the gradient outputs (which
@@ -576,8 +441,9 @@ void composite_backward(const Scene<S>& s, int threads, const S* trans, const in
                         const S* grad_render, const S* grad_trans, S* grad_isect, S* grad_means2d,
                         S* grad_conics, S* grad_opacities, S* grad_colors) {
     const int D = s.channels;
+    const Kernels<S> run = kernels<S>(s.channels);
     parallel_for(s.n_cams * s.tiles_x * s.tiles_y, threads, [&](int64_t index) {
-        backward_tile_any(s, index, trans, last, grad_render, grad_trans, grad_isect);
+        run.backward(s, index, trans, last, grad_render, grad_trans, grad_isect);
     });
     std::fill(grad_means2d, grad_means2d + 2 * s.n_splats, S(0));
     std::fill(grad_conics, grad_conics + 3 * s.n_splats, S(0));
@@ -648,3 +514,15 @@ extern "C" int splat_use_openmp_team(int enable) {
 
 // 1 when parallel loops run on the process's OpenMP team, 0 when on threads of their own.
 extern "C" int splat_shares_openmp_team() { return splat::uses_openmp_team() ? 1 : 0; }
+
+// The widest instruction set the compositing kernels can use here (0 baseline, 1 AVX2 + FMA,
+// 2 AVX-512).
+extern "C" int splat_widest_isa() { return static_cast<int>(widest_isa()); }
+
+// Runs the compositing kernels with instruction set `isa` (-1: the widest); returns the set now
+// in use, or -1 (and changes nothing) when this CPU does not run `isa`.
+extern "C" int splat_use_isa(int isa) {
+    if (isa > static_cast<int>(widest_isa())) return -1;
+    chosen_isa.store(isa < 0 ? -1 : isa);
+    return static_cast<int>(active_isa());
+}
