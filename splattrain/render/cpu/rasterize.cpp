@@ -157,13 +157,13 @@ struct Scene {
     const int32_t* flatten_ids;  // [M]
     int64_t n_isects, n_cams, n_splats;  // n_splats = C * N
     int width, height, tile_size, tiles_x, tiles_y, channels;
-    double* reach;  // [C * N, 3]: find_reach's output in the forward pass, its input backward
+    double* reach;  // [C * N, 4]: find_reach's output in the forward pass, its input backward
 };
 
 // Per Gaussian: the half extents (y, x) in pixels of the ellipse where its alpha can still
-// reach the threshold, sigma <= log(opacity / threshold) + margin, and that level itself
-// (without the margin). Extents are -1 when it reaches no pixel, infinite when its conic is
-// degenerate (then whole tiles are visited).
+// reach the threshold, sigma <= log(opacity / threshold) + margin, that level itself (without
+// the margin) and exp(-c), Group's decay. Extents are -1 when it reaches no pixel, infinite
+// when its conic is degenerate (then whole tiles are visited).
 template <typename S>
 void find_reach(const Scene<S>& s, int threads) {
     constexpr int64_t kChunk = 4096;
@@ -171,14 +171,15 @@ void find_reach(const Scene<S>& s, int threads) {
         for (int64_t i = chunk * kChunk; i < std::min(s.n_splats, (chunk + 1) * kChunk); ++i) {
             const double a = s.conics[3 * i], b = s.conics[3 * i + 1], c = s.conics[3 * i + 2];
             const double opacity = s.opacities[i];
-            double* out = s.reach + 3 * i;
-            out[0] = out[1] = out[2] = -1.0;
+            double* out = s.reach + 4 * i;
+            out[0] = out[1] = out[2] = out[3] = -1.0;
             // alpha = opacity * exp(-sigma) <= opacity: faint Gaussians never pass the threshold.
             if (!(opacity >= static_cast<S>(kAlphaThreshold)) || !std::isfinite(s.means2d[2 * i]) ||
                 !std::isfinite(s.means2d[2 * i + 1]))
                 continue;
             const double det = a * c - b * b;
             out[2] = std::log(opacity / kAlphaThreshold);
+            out[3] = std::exp(std::min(-c, 700.0));
             const double level = out[2] + kReachMargin;
             const bool ellipse = a > 0 && det > 0;
             out[0] = ellipse ? std::sqrt(2.0 * level * a / det) : HUGE_VAL;
@@ -217,13 +218,13 @@ struct Tile {
 // A Gaussian seen from a tile: its parameters and the rows / columns it can reach.
 template <typename S>
 struct Splat {
-    S mx, my, a, b, c, opacity, level;
+    S mx, my, a, b, c, opacity, level, decay;
     const S* rgb;
     int r0, r1, c0, c1;
 
     // Starts fetching the data of Gaussian `id` into the cache.
     [[gnu::always_inline]] static void prefetch(const Scene<S>& s, int64_t id) {
-        __builtin_prefetch(s.reach + 3 * id);
+        __builtin_prefetch(s.reach + 4 * id);
         __builtin_prefetch(s.means2d + 2 * id);
         __builtin_prefetch(s.conics + 3 * id);
         __builtin_prefetch(s.opacities + id);
@@ -232,7 +233,7 @@ struct Splat {
 
     // False when the Gaussian reaches no pixel of the tile.
     [[gnu::always_inline]] bool load(const Scene<S>& s, const Tile<S>& t, int64_t id) {
-        const double* reach = s.reach + 3 * id;
+        const double* reach = s.reach + 4 * id;
         if (reach[0] < 0) return false;
         mx = s.means2d[2 * id];
         my = s.means2d[2 * id + 1];
@@ -251,6 +252,7 @@ struct Splat {
         c = s.conics[3 * id + 2];
         opacity = s.opacities[id];
         level = static_cast<S>(reach[2]);
+        decay = static_cast<S>(reach[3]);
         rgb = s.colors + id * s.channels;
         return true;
     }
@@ -305,7 +307,7 @@ struct Group {
             vis[l] = in * exp_clamped(-(ax[l] + bx[l] * dy + cy));
             step[l] = in * exp_clamped(bx[l] + slope);
         }
-        decay = exp_clamped(-g.c);
+        decay = g.decay;
         return true;
     }
 };

@@ -172,7 +172,7 @@ def _scene_args(
     tensors: Tuple[Tensor, ...], reach: Tensor, isects: TileIntersections, width: int, height: int
 ) -> Tuple[Any, ...]:
     """The leading arguments shared by the forward and backward library calls. ``reach``
-    [C * N, 3] float64 is filled by the forward pass and read by the backward pass."""
+    [C * N, 4] float64 is filled by the forward pass and read by the backward pass."""
     means2d, conics, opacities, colors = tensors
     return (
         *_ptrs(means2d, conics, opacities, colors, isects.isect_offsets, isects.flatten_ids),
@@ -200,7 +200,7 @@ class _Composite(torch.autograd.Function):
         render = means2d.new_empty(n_cams, height, width, channels)
         trans = means2d.new_empty(n_cams, height, width, 1)
         last = torch.empty(n_cams, height, width, dtype=torch.int32)
-        reach = torch.empty(means2d.shape[0] * means2d.shape[1], 3, dtype=torch.float64)
+        reach = torch.empty(means2d.shape[0] * means2d.shape[1], 4, dtype=torch.float64)
         _fn("forward", means2d.dtype)(
             *_scene_args(tensors, reach, isects, width, height), *_ptrs(render, trans, last)
         )
