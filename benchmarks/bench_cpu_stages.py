@@ -1,0 +1,124 @@
+"""Milliseconds per stage of the compiled CPU backend on the demo scene, per instruction set.
+
+The demo scene (data/demo, 128x128) with ``--gaussians`` random-init Gaussians, as
+``splattrain fit --config configs/demo.yaml`` starts, seen from its first training view. Each
+stage is timed alone (median of ``--repeats`` after one warm-up): SH colours, projection, tile
+binning, compositing forward, compositing forward + backward, the loss, and a whole step
+(render + loss + backward). The compositing kernels are built for several instruction sets;
+``--isa`` picks which ones to time (default: every one this CPU runs).
+
+    python benchmarks/bench_cpu_stages.py
+    python benchmarks/bench_cpu_stages.py --isa baseline avx512 --repeats 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Dict, List
+
+import torch
+
+from splattrain.cameras import stack_cameras
+from splattrain.config import load_config
+from splattrain.engine.trainer import DefaultTrainer
+from splattrain.losses import photometric_loss
+from splattrain.registry import RENDERERS
+from splattrain.render.cpu import build
+from splattrain.render.cpu import rasterizer as cpu
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def median_ms(fn: Callable[[], object], repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1000.0 * statistics.median(times)
+
+
+def stage_timers(gaussians: int) -> Dict[str, Callable[[], object]]:
+    """One callable per stage, on the demo scene's first training view."""
+    with tempfile.TemporaryDirectory() as tmp:
+        overrides = [f"model.init.num_points={gaussians}", "metrics.lpips=false", f"output_dir={tmp}"]
+        trainer = DefaultTrainer(load_config(REPO / "configs" / "demo.yaml", overrides))
+    model, batch = trainer.model, trainer.data.next_train(1)
+    trainer.data.close()
+    viewmats, Ks, width, height = stack_cameras(batch["camera"])
+    params = {name: value.detach().requires_grad_() for name, value in model.params.items()}
+    means, sh0, shN = params["means"], params["sh0"], params["shN"]
+    quats, scales, opacities = model.quats.detach(), model.scales.detach(), model.opacities.detach()
+    with torch.no_grad():
+        colors = cpu.sh_colors(means, sh0, shN, viewmats, 3)
+        proj = cpu.project(means, quats, scales, opacities, viewmats, Ks, width, height)
+    isects = cpu.intersect_tiles(proj.means2d, proj.radii, proj.depths, width, height, 16)
+    features = torch.cat([colors, proj.depths[..., None]], -1).requires_grad_()
+    inputs = [t.clone().requires_grad_() for t in (proj.means2d, proj.conics, proj.opacities)]
+    render, trans = cpu._Composite.apply(*inputs, features, isects, width, height)
+    grads = (torch.randn_like(render), torch.randn_like(trans))
+    image = render[..., :3].detach().clamp(0, 1).requires_grad_()
+    renderer = RENDERERS.build({"type": "cpu"})
+    background = torch.ones(3)
+
+    def sh() -> object:
+        out = cpu.sh_colors(means, sh0, shN, viewmats, 3)
+        return torch.autograd.grad(out, [means, sh0, shN], torch.ones_like(out))
+
+    def projection() -> object:
+        p = cpu.project(means, quats, scales, opacities, viewmats, Ks, width, height)
+        outs = [p.means2d, p.conics, p.opacities, p.depths]
+        return torch.autograd.grad(outs, [means], [torch.ones_like(o) for o in outs], allow_unused=True)
+
+    def composite() -> object:
+        out = cpu._Composite.apply(*inputs, features, isects, width, height)
+        return torch.autograd.grad(out, [*inputs, features], grads)
+
+    def step() -> None:
+        result = renderer.render(model, batch["camera"], 3, background)
+        photometric_loss(result.rgb, batch["image"])["loss"].backward()
+        for param in model.params.values():
+            param.grad = None
+
+    return {
+        "SH colours (fwd + bwd)": sh,
+        "projection (fwd + bwd)": projection,
+        "tile binning": lambda: cpu.intersect_tiles(proj.means2d, proj.radii, proj.depths, width, height, 16),
+        "compositing fwd": lambda: cpu._Composite.apply(*inputs, features, isects, width, height),
+        "compositing fwd + bwd": composite,
+        "loss (fwd + bwd)": lambda: photometric_loss(image, batch["image"])["loss"].backward(),
+        "whole step": step,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gaussians", type=int, default=20000)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--isa", nargs="*", help="instruction sets to time (default: all this CPU runs)")
+    args = parser.parse_args()
+    library = build.load_library(print)
+    sets: List[str] = args.isa or list(library.instruction_sets)
+    timers = stage_timers(args.gaussians)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, demo scene 128x128, "
+          f"{args.gaussians} Gaussians (random init), median of {args.repeats}")
+    print(f"{'stage':>24}" + "".join(f"{name:>10}" for name in sets) + "   (ms)")
+    rows: Dict[str, List[float]] = {stage: [] for stage in timers}
+    try:
+        for name in sets:
+            library.use_instruction_set(name)
+            for stage, fn in timers.items():
+                rows[stage].append(median_ms(fn, args.repeats))
+    finally:
+        library.use_instruction_set(None)
+    for stage, values in rows.items():
+        print(f"{stage:>24}" + "".join(f"{value:10.2f}" for value in values))
+
+
+if __name__ == "__main__":
+    main()
