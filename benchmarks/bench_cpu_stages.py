@@ -14,14 +14,13 @@ binning, compositing forward, compositing forward + backward, the loss, and a wh
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import Callable, Dict, List
 
 import torch
 
+from bench_rasterizer import median_ms
 from splattrain.cameras import stack_cameras
 from splattrain.config import load_config
 from splattrain.engine.trainer import DefaultTrainer
@@ -31,16 +30,6 @@ from splattrain.render.cpu import build
 from splattrain.render.cpu import rasterizer as cpu
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def median_ms(fn: Callable[[], object], repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1000.0 * statistics.median(times)
 
 
 def stage_timers(gaussians: int) -> Dict[str, Callable[[], object]]:
@@ -113,7 +102,7 @@ def main() -> None:
         for name in sets:
             library.use_instruction_set(name)
             for stage, fn in timers.items():
-                rows[stage].append(median_ms(fn, args.repeats))
+                rows[stage].append(median_ms(fn, 1, args.repeats))
     finally:
         library.use_instruction_set(None)
     for stage, values in rows.items():
