@@ -312,17 +312,35 @@ struct Group {
     }
 };
 
-// Per-thread pixel state of a tile, reused across tiles.
-template <typename S>
-struct Buffers {
-    std::vector<S> trans, color, v_color, v_trans, behind;
-    std::vector<int32_t> last, done;
+// Per-thread pixel planes of a tile in one block, reused across tiles. Plane i starts at
+// i * stride bytes; stride is a plane's size plus kPlaneGap. Planes a multiple of 4 KiB apart
+// would give a pixel the same low 12 address bits in each of them, and CPUs take a load as
+// waiting on an earlier store whose low 12 bits match (4K aliasing), which stalls the row loops.
+class Planes {
+  public:
+    static constexpr size_t kPlaneGap = 128;
+
+    // Room for `count` planes of `bytes` bytes each.
+    void reserve(int count, size_t bytes) {
+        stride_ = (bytes + kPlaneGap + 63) / 64 * 64;
+        const size_t need = stride_ * count + 64;
+        if (block_.size() < need) block_.resize(need);
+    }
+    size_t stride() const { return stride_; }
+    template <typename T>
+    T* plane(int i) {
+        const uintptr_t base = (reinterpret_cast<uintptr_t>(block_.data()) + 63) & ~uintptr_t{63};
+        return reinterpret_cast<T*>(base + i * stride_);
+    }
+
+  private:
+    std::vector<unsigned char> block_;
+    size_t stride_ = 0;
 };
 
-template <typename S>
-Buffers<S>& buffers() {
-    thread_local Buffers<S> b;
-    return b;
+inline Planes& planes() {
+    thread_local Planes p;
+    return p;
 }
 
 // Forward state of a tile's pixels.
