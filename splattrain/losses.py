@@ -13,7 +13,13 @@ _SSIM_WINDOW, _SSIM_SIGMA, _SSIM_K = 11, 1.5, (0.01, 0.03)
 
 
 def ssim_nhwc(pred: Tensor, target: Tensor) -> Tensor:
-    """Mean SSIM of [C,H,W,3] images in [0,1] (11x11 Gaussian window, sigma 1.5)."""
+    """Mean SSIM of [C,H,W,3] images in [0,1] (11x11 Gaussian window, sigma 1.5), as
+    pytorch_msssim computes it. On the CPU, once this process has loaded the compiled CPU
+    library (the ``cpu`` renderer does), the same value comes from its fused C++ kernel."""
+    from .render.cpu.ssim import compiled_ssim, compiled_ssim_applies
+
+    if compiled_ssim_applies(pred, target):
+        return compiled_ssim(pred, target)
     return ssim(pred.permute(0, 3, 1, 2), target.permute(0, 3, 1, 2), data_range=1.0, size_average=True)
 
 

@@ -36,8 +36,10 @@ def test_accumulated_micro_batches_equal_one_step_on_the_concatenated_batch(tmp_
     b = concatenated.train_step(1)
     assert a["batch"]["image_id"].tolist() == b["batch"]["image_id"].tolist()
     assert seen["accumulated"].losses == pytest.approx(seen["concatenated"].losses, rel=1e-6)
+    # rounding noise: 1e-6 of the step's largest gradient (the quats' gradients are all noise here)
+    noise = 1e-6 * max(float(grad.abs().max()) for grad in seen["concatenated"].grads.values())
     for name, grad in seen["concatenated"].grads.items():
-        torch.testing.assert_close(seen["accumulated"].grads[name], grad, rtol=1e-4, atol=1e-9)
+        torch.testing.assert_close(seen["accumulated"].grads[name], grad, rtol=1e-4, atol=noise)
     # the same Gaussians were cloned and split (densification ran after this step's statistics)
     assert accumulated.model.num_gaussians == concatenated.model.num_gaussians > 300
     for name, value in concatenated.model.params.items():

@@ -177,7 +177,7 @@ def test_validation_controls(tmp_path):
 
 
 def test_profiler_writes_trace_and_top_operators(tmp_path):
-    trainer = make_trainer(tmp_path, extra="custom_hooks:\n  - {type: ProfilerHook, start: 3, steps: 2, top: 5}\n",
+    trainer = make_trainer(tmp_path, extra="custom_hooks:\n  - {type: ProfilerHook, start: 3, steps: 2, top: 30}\n",
                            steps=8)
     trainer.train()
     hook = next(h for h in trainer.hooks.hooks if type(h).__name__ == "ProfilerHook")

@@ -1,4 +1,5 @@
-"""The compiled CPU rasterizer: C++ built on first use, loaded with ctypes (see ``build``)."""
+"""The compiled CPU rasterizer (and the loss's SSIM): C++ built on first use, loaded with ctypes
+(see ``build``)."""
 
 from .build import BuildError, Library, load_library
 from .rasterizer import composite, intersect_tiles, project, rasterize, sh_colors

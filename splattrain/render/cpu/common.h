@@ -21,6 +21,14 @@ constexpr double kAlphaThreshold = 1.0 / 255.0;
 #define SPLAT_X86_VARIANTS 0
 #endif
 
+// For functions whose loops the compiler vectorises by itself (no vector extensions): copies
+// built for AVX-512, AVX2 and the baseline, the CPU's best picked when the library loads.
+#if SPLAT_X86_VARIANTS
+#define SPLAT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define SPLAT_CLONES
+#endif
+
 // libgomp's entry point for a parallel region, present when the process's OpenMP runtime (the
 // one PyTorch uses: libgomp, or LLVM's and Intel's runtimes, which export it too) is visible to
 // this library; build.py makes it so. Weak, so the library also loads without one.

@@ -60,44 +60,56 @@ constexpr int kLanes = 16;
 
 [[gnu::always_inline]] inline double exp_clamped(double x) { return std::exp(std::min(std::max(x, -700.0), 700.0)); }
 
-// Tile rectangle [x0, x1) x [y0, y1) of a projected Gaussian, as the PyTorch backend computes it.
+// Tile rectangle [x0, x1) x [y0, y1) of a projected Gaussian, as the PyTorch backend computes it;
+// returns its tile count.
 template <typename S>
-int64_t tile_rect(const S* mean, const int32_t* radius, int tile_size, int tiles_x, int tiles_y,
-                  int64_t* rect) {
-    if (radius[0] <= 0 || radius[1] <= 0) return 0;
+int64_t tile_rect(const S* mean, const int32_t* radius, int tile_size, int tiles_x, int tiles_y, int32_t* rect) {
+    if (radius[0] <= 0 || radius[1] <= 0) {
+        rect[0] = rect[1] = rect[2] = rect[3] = 0;
+        return 0;
+    }
     const S size = static_cast<S>(tile_size);
     const int64_t lim[2] = {tiles_x, tiles_y};
     for (int axis = 0; axis < 2; ++axis) {
         const S r = static_cast<S>(radius[axis]);
         int64_t lo = static_cast<int64_t>(std::floor((mean[axis] - r) / size));
         int64_t hi = static_cast<int64_t>(std::ceil((mean[axis] + r) / size));
-        rect[axis] = std::min(std::max<int64_t>(lo, 0), lim[axis]);
-        rect[axis + 2] = std::min(std::max<int64_t>(hi, 0), lim[axis]);
+        rect[axis] = static_cast<int32_t>(std::min(std::max<int64_t>(lo, 0), lim[axis]));
+        rect[axis + 2] = static_cast<int32_t>(std::min(std::max<int64_t>(hi, 0), lim[axis]));
     }
-    return (rect[2] - rect[0]) * (rect[3] - rect[1]);
+    return static_cast<int64_t>(rect[2] - rect[0]) * (rect[3] - rect[1]);
 }
 
+// Counts the tiles of every projected Gaussian into tiles_per_gauss and keeps their rectangles
+// in rects [C * N, 4] for bin_fill; returns the total.
 template <typename S>
-int64_t bin_count(const S* means2d, const int32_t* radii, int64_t n_cams, int64_t n_gauss,
-                  int tile_size, int tiles_x, int tiles_y, int32_t* tiles_per_gauss) {
+int64_t bin_count(const S* means2d, const int32_t* radii, int64_t n_cams, int64_t n_gauss, int tile_size,
+                  int tiles_x, int tiles_y, int threads, int32_t* tiles_per_gauss, int32_t* rects) {
+    constexpr int64_t kChunk = 4096;
+    const int64_t n = n_cams * n_gauss, chunks = (n + kChunk - 1) / kChunk;
+    std::vector<int64_t> totals(chunks, 0);
+    parallel_for(chunks, threads, [&](int64_t chunk) {
+        int64_t total = 0;
+        for (int64_t i = chunk * kChunk; i < std::min(n, (chunk + 1) * kChunk); ++i) {
+            const int64_t count = tile_rect(means2d + 2 * i, radii + 2 * i, tile_size, tiles_x, tiles_y, rects + 4 * i);
+            tiles_per_gauss[i] = static_cast<int32_t>(count);
+            total += count;
+        }
+        totals[chunk] = total;
+    });
     int64_t total = 0;
-    int64_t rect[4];
-    for (int64_t i = 0; i < n_cams * n_gauss; ++i) {
-        int64_t count = tile_rect(means2d + 2 * i, radii + 2 * i, tile_size, tiles_x, tiles_y, rect);
-        tiles_per_gauss[i] = static_cast<int32_t>(count);
-        total += count;
-    }
+    for (int64_t t : totals) total += t;
     return total;
 }
 
-// Fills gsplat's isect_ids / flatten_ids / isect_offsets from the counts bin_count left in
-// tiles_per_gauss. Gaussians are radix-sorted by the float bits of their depth (stable, so ties
-// keep flat-index order) and appended to their tiles in that order: the PyTorch backend's stable
-// sort by (camera, tile, depth) keys, without sorting every tile.
+// Fills gsplat's isect_ids / flatten_ids / isect_offsets from the rectangles bin_count left.
+// Gaussians are radix-sorted by the float bits of their depth (stable, so ties keep flat-index
+// order) and appended to their tiles in that order: the PyTorch backend's stable sort by
+// (camera, tile, depth) keys, without sorting every tile.
 template <typename S>
-void bin_fill(const S* means2d, const int32_t* radii, const float* depths, int64_t n_cams,
-              int64_t n_gauss, int tile_size, int tiles_x, int tiles_y, const int32_t* tiles_per_gauss,
-              int64_t* isect_ids, int32_t* flatten_ids, int32_t* offsets) {
+void bin_fill(const float* depths, int64_t n_cams, int64_t n_gauss, int tiles_x, int tiles_y,
+              const int32_t* tiles_per_gauss, const int32_t* rects, int64_t* isect_ids, int32_t* flatten_ids,
+              int32_t* offsets) {
     const int64_t tiles = static_cast<int64_t>(tiles_x) * tiles_y;
     const int64_t n_lists = n_cams * tiles;
     auto depth_bits = [&](int32_t id) {
@@ -118,9 +130,8 @@ void bin_fill(const S* means2d, const int32_t* radii, const float* depths, int64
         order.swap(scratch);
     }
     std::vector<int64_t> cursor(n_lists + 1, 0);
-    int64_t rect[4];
     for (int32_t id : order) {
-        tile_rect(means2d + 2 * id, radii + 2 * id, tile_size, tiles_x, tiles_y, rect);
+        const int32_t* rect = rects + 4 * static_cast<int64_t>(id);
         const int64_t base = (id / n_gauss) * tiles;
         for (int64_t ty = rect[1]; ty < rect[3]; ++ty)
             for (int64_t tx = rect[0]; tx < rect[2]; ++tx) ++cursor[base + ty * tiles_x + tx + 1];
@@ -132,7 +143,7 @@ void bin_fill(const S* means2d, const int32_t* radii, const float* depths, int64
     int tile_bits = 0;
     while ((int64_t{1} << tile_bits) <= tiles) ++tile_bits;
     for (int32_t id : order) {
-        tile_rect(means2d + 2 * id, radii + 2 * id, tile_size, tiles_x, tiles_y, rect);
+        const int32_t* rect = rects + 4 * static_cast<int64_t>(id);
         const int64_t cam = id / n_gauss;
         const int64_t bits = depth_bits(id);
         for (int64_t ty = rect[1]; ty < rect[3]; ++ty) {
@@ -485,16 +496,17 @@ void composite_backward(const Scene<S>& s, int threads, const S* trans, const in
 #define SPLAT_EXPORTS(S, SUFFIX)                                                                   \
     extern "C" int64_t splat_bin_count_##SUFFIX(const S* means2d, const int32_t* radii,           \
                                                 int64_t n_cams, int64_t n_gauss, int tile_size,    \
-                                                int tiles_x, int tiles_y, int32_t* tiles_per_gauss) { \
-        return bin_count(means2d, radii, n_cams, n_gauss, tile_size, tiles_x, tiles_y,             \
-                         tiles_per_gauss);                                                         \
+                                                int tiles_x, int tiles_y, int threads,             \
+                                                int32_t* tiles_per_gauss, int32_t* rects) {        \
+        return bin_count(means2d, radii, n_cams, n_gauss, tile_size, tiles_x, tiles_y, threads,    \
+                         tiles_per_gauss, rects);                                                  \
     }                                                                                              \
     extern "C" void splat_bin_fill_##SUFFIX(                                                       \
-        const S* means2d, const int32_t* radii, const float* depths, int64_t n_cams,               \
-        int64_t n_gauss, int tile_size, int tiles_x, int tiles_y, const int32_t* tiles_per_gauss,  \
-        int64_t* isect_ids, int32_t* flatten_ids, int32_t* offsets) {                              \
-        bin_fill(means2d, radii, depths, n_cams, n_gauss, tile_size, tiles_x, tiles_y,            \
-                 tiles_per_gauss, isect_ids, flatten_ids, offsets);                                \
+        const float* depths, int64_t n_cams, int64_t n_gauss, int tiles_x, int tiles_y,            \
+        const int32_t* tiles_per_gauss, const int32_t* rects, int64_t* isect_ids,                  \
+        int32_t* flatten_ids, int32_t* offsets) {                                                  \
+        bin_fill<S>(depths, n_cams, n_gauss, tiles_x, tiles_y, tiles_per_gauss, rects, isect_ids,  \
+                    flatten_ids, offsets);                                                         \
     }                                                                                              \
     extern "C" void splat_forward_##SUFFIX(                                                        \
         const S* means2d, const S* conics, const S* opacities, const S* colors,                    \

@@ -152,16 +152,17 @@ def intersect_tiles(
     means2d, radii = means2d.contiguous(), radii.int().contiguous()
     depths = depths.float().contiguous()
     tiles_per_gauss = torch.empty(n_cams, n_gauss, dtype=torch.int32)
-    grid = (tile_size, tile_width, tile_height)
+    rects = torch.empty(n_cams, n_gauss, 4, dtype=torch.int32)  # tile rectangles, from count to fill
     n_isects = _fn("bin_count", means2d.dtype)(
-        *_ptrs(means2d, radii), n_cams, n_gauss, *grid, tiles_per_gauss.data_ptr()
+        *_ptrs(means2d, radii), n_cams, n_gauss, tile_size, tile_width, tile_height, torch.get_num_threads(),
+        *_ptrs(tiles_per_gauss, rects),
     )
     isect_ids = torch.empty(n_isects, dtype=torch.int64)
     flatten_ids = torch.empty(n_isects, dtype=torch.int32)
     offsets = torch.empty(n_cams, tile_height, tile_width, dtype=torch.int32)
     _fn("bin_fill", means2d.dtype)(
-        *_ptrs(means2d, radii, depths), n_cams, n_gauss, *grid,
-        *_ptrs(tiles_per_gauss, isect_ids, flatten_ids, offsets),
+        depths.data_ptr(), n_cams, n_gauss, tile_width, tile_height,
+        *_ptrs(tiles_per_gauss, rects, isect_ids, flatten_ids, offsets),
     )
     return TileIntersections(
         tile_size, tile_width, tile_height, tiles_per_gauss, isect_ids, flatten_ids, offsets
