@@ -86,13 +86,13 @@ def test_when_it_applies(monkeypatch):
     monkeypatch.setattr(build, "_LOADED", None)  # never compiles from the loss
     assert not compiled_ssim_applies(pred, target)
     assert ssim_nhwc(pred, target).grad_fn is not None  # pytorch_msssim's graph
-    assert float(ssim_nhwc(pred, target)) == pytest.approx(float(reference(pred, target)), abs=1e-6)
+    assert ssim_nhwc(pred, target).item() == pytest.approx(reference(pred, target).item(), abs=1e-6)
 
 
 def test_the_loss_uses_it_on_the_cpu():
     pred, target = images((1, 32, 32, 3), seed=7, dtype=torch.float32)
     value = ssim_nhwc(pred, target)
     assert type(value.grad_fn).__name__ == "_SSIMBackward"
-    assert float(value) == pytest.approx(float(reference(pred, target)), abs=1e-6)
+    assert value.item() == pytest.approx(reference(pred, target).item(), abs=1e-6)
     losses = photometric_loss(pred, target)
-    assert float(losses["dssim"]) == pytest.approx(1.0 - float(value), abs=1e-7)
+    assert losses["dssim"].item() == pytest.approx(1.0 - value.item(), abs=1e-7)
