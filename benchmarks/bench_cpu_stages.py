@@ -2,10 +2,11 @@
 
 The demo scene (data/demo, 128x128) with ``--gaussians`` random-init Gaussians, as
 ``splattrain fit --config configs/demo.yaml`` starts, seen from its first training view. Each
-stage is timed alone (median of ``--repeats`` after one warm-up): SH colours, projection, tile
-binning, compositing forward, compositing forward + backward, the loss, and a whole step
-(render + loss + backward). The compositing kernels are built for several instruction sets;
-``--isa`` picks which ones to time (default: every one this CPU runs).
+stage is timed alone (median of ``--repeats`` after one warm-up), as a training step runs it
+(RGB, no depth channel): SH colours, projection, tile binning, compositing forward, compositing
+forward + backward, the loss, and a whole step (render + loss + backward). The compositing
+kernels are built for several instruction sets; ``--isa`` picks which ones to time (default:
+every one this CPU runs).
 
     python benchmarks/bench_cpu_stages.py
     python benchmarks/bench_cpu_stages.py --isa baseline avx512 --repeats 50
@@ -47,7 +48,7 @@ def stage_timers(gaussians: int) -> Dict[str, Callable[[], object]]:
         colors = cpu.sh_colors(means, sh0, shN, viewmats, 3)
         proj = cpu.project(means, quats, scales, opacities, viewmats, Ks, width, height)
     isects = cpu.intersect_tiles(proj.means2d, proj.radii, proj.depths, width, height, 16)
-    features = torch.cat([colors, proj.depths[..., None]], -1).requires_grad_()
+    features = colors.clone().requires_grad_()  # RGB: training steps render no depth
     inputs = [t.clone().requires_grad_() for t in (proj.means2d, proj.conics, proj.opacities)]
     render, trans = cpu._Composite.apply(*inputs, features, isects, width, height)
     grads = (torch.randn_like(render), torch.randn_like(trans))
@@ -69,7 +70,7 @@ def stage_timers(gaussians: int) -> Dict[str, Callable[[], object]]:
         return torch.autograd.grad(out, [*inputs, features], grads)
 
     def step() -> None:
-        result = renderer.render(model, batch["camera"], 3, background)
+        result = renderer.render(model, batch["camera"], 3, background, depth=False)  # as in training
         photometric_loss(result.rgb, batch["image"])["loss"].backward()
         for param in model.params.values():
             param.grad = None

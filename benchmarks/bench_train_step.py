@@ -1,5 +1,8 @@
 """Milliseconds per training step (render + loss + backward) per renderer backend, side by side.
 
+A step is what the trainer runs: RGB without depth (``trainer.render_depth`` is off), the
+photometric loss (L1 + D-SSIM), and the backward pass.
+
 1. Headline: the demo scene (data/demo, 128x128) with ``--demo-gaussians`` Gaussians (random
    init, as ``splattrain fit --config configs/demo.yaml`` starts) or, with ``--demo-checkpoint``,
    the Gaussians of a trained run's checkpoint, cycling through the training views. Renderers
@@ -74,7 +77,7 @@ def step_timer(renderer: Renderer, model: GaussianModel, sh_degree: int) -> Call
 
     def step(cameras: List[Camera], target: torch.Tensor) -> float:
         start = time.perf_counter()
-        result = renderer.render(model, cameras, sh_degree, background)
+        result = renderer.render(model, cameras, sh_degree, background, depth=False)  # as the trainer does
         photometric_loss(result.rgb, target)["loss"].backward()
         elapsed = time.perf_counter() - start
         for param in model.params.values():

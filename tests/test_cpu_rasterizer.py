@@ -380,6 +380,30 @@ def test_renderer_matches_torch_renderer(mode: str):
         assert_grad_close(our_grads[name], ref_grads[name], name)
 
 
+@pytest.mark.parametrize("renderer_type", ["cpu", "torch"])
+def test_training_renders_without_depth_give_the_same_colours(renderer_type: str):
+    """depth=False (training steps) leaves depth None and changes neither colours, alpha nor gradients."""
+    gen = torch.Generator().manual_seed(23)
+    model = GaussianModel.random(300, torch.zeros(3), 0.8, 3, opacity=0.4, generator=gen)
+    viewmats, Ks = make_cameras(1, 40, 30)
+    cameras = [Camera(viewmat=viewmats[0], K=Ks[0], width=40, height=30)]
+    weights = torch.randn(1, 30, 40, 3, generator=gen)
+    renderer = RENDERERS.build({"type": renderer_type})
+    results = []
+    for depth in (True, False):
+        for param in model.params.values():
+            param.grad = None
+        result = renderer.render(model, cameras, 1, torch.tensor([0.2, 0.5, 0.9]), depth=depth)
+        ((result.rgb * weights).sum() + result.alpha.sum()).backward()
+        results.append((result, {k: p.grad.clone() for k, p in model.params.items()}))
+    (with_depth, grads), (without, grads_without) = results
+    assert with_depth.depth is not None and without.depth is None
+    for key in ("rgb", "alpha"):
+        torch.testing.assert_close(getattr(without, key), getattr(with_depth, key), rtol=0, atol=1e-6)
+    for name in model.params:
+        assert_grad_close(grads_without[name], grads[name], name)
+
+
 def test_auto_prefers_cpu_and_explicit_cpu_builds():
     assert isinstance(build_renderer({"type": "auto"}, torch.device("cpu")), CpuRenderer)
     assert isinstance(build_renderer({"type": "cpu", "tile_size": 8}, torch.device("cpu")), CpuRenderer)

@@ -133,3 +133,11 @@ def test_fit_learns_and_writes_run_directory(tmp_path):
     image = np.asarray(Image.open(next((run / "images" / "val" / "step_000300").glob("*.png"))))
     assert image.shape == (32, 128, 3)  # render | ground truth | error | depth
     assert list((run / "tb").glob("events.out.tfevents.*"))
+
+
+@pytest.mark.parametrize("render_depth", [False, True])
+def test_training_renders_carry_depth_only_when_asked(tmp_path, render_depth: bool):
+    trainer = make_trainer(tmp_path, [f"trainer.render_depth={str(render_depth).lower()}"], steps=1)
+    outputs = trainer.train_step(1)
+    assert (outputs["render"].depth is not None) == render_depth
+    trainer.data.close()

@@ -24,6 +24,7 @@ class TrainerConfig:
     val_on_resume: bool = False  # validate once right after resuming from a checkpoint
     hook_timing: bool = True  # time every hook at every point; a table at the end of the run
     batch_size: int = 1  # views rendered together per step (their images must share one size)
+    render_depth: bool = False  # training renders also give RenderResult.depth (validation always does)
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
 
 

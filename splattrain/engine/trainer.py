@@ -188,7 +188,9 @@ class DefaultTrainer:
         chunks = micro_batches(batch, self.cfg.trainer.batch_size)
         infos, terms = [], []
         for chunk in chunks:
-            render = self.renderer.render(self.model, chunk["camera"], sh_degree, chunk["background"])
+            render = self.renderer.render(
+                self.model, chunk["camera"], sh_degree, chunk["background"], depth=self.cfg.trainer.render_depth
+            )
             losses = self._losses(render, chunk)
             render.info["n_cameras"] = len(batch["camera"])  # gradients are of the mean over all the step's views
             self.strategy.step_pre_backward(self.model.params, self.optimizers, self.strategy_state, step, render.info)

@@ -22,22 +22,26 @@ Message = Optional[Callable[[str], None]]
 class CpuRenderer(Renderer):
     """Compiled C++ rasterizer for the CPU, all cores (built on first use; needs a C++ compiler)."""
 
-    def render(self, model: GaussianModel, cameras: List[Camera], sh_degree: int, background: Tensor) -> RenderResult:
+    def render(
+        self, model: GaussianModel, cameras: List[Camera], sh_degree: int, background: Tensor, depth: bool = True
+    ) -> RenderResult:
         viewmats, Ks, width, height = stack_cameras(cameras)
         C = viewmats.shape[0]
-        colors = sh_colors(model.means, model.params["sh0"], model.params["shN"], viewmats, sh_degree)
+        features = sh_colors(model.means, model.params["sh0"], model.params["shN"], viewmats, sh_degree)
         proj = project(
             model.means, model.quats, model.scales, model.opacities, viewmats, Ks, width, height,
             near_plane=self.near_plane, far_plane=self.far_plane, eps2d=self.eps2d,
             antialiased=self.rasterize_mode == "antialiased",
         )
-        features = torch.cat([colors, proj.depths[..., None]], dim=-1)  # [C, N, 4]: RGB + depth
-        backgrounds = torch.cat([background.expand(C, 3), background.new_zeros(C, 1)], dim=-1)
+        backgrounds = background.expand(C, 3)
+        if depth:  # depth as a 4th channel
+            features = torch.cat([features, proj.depths[..., None]], dim=-1)
+            backgrounds = torch.cat([backgrounds, background.new_zeros(C, 1)], dim=-1)
         render, alpha, info = composite(
             proj, features, width, height, tile_size=self.tile_size, backgrounds=backgrounds
         )
-        depth = render[..., 3:] / alpha.clamp_min(1e-10)
-        return RenderResult(rgb=render[..., :3], alpha=alpha, depth=depth, info=info)
+        expected_depth = render[..., 3:] / alpha.clamp_min(1e-10) if depth else None
+        return RenderResult(rgb=render[..., :3], alpha=alpha, depth=expected_depth, info=info)
 
 
 def auto_cpu_backend(device: torch.device, log: Message = None, warn: Message = None) -> str:

@@ -41,8 +41,11 @@ class Renderer(ABC):
         self.absgrad = False
 
     @abstractmethod
-    def render(self, model: GaussianModel, cameras: List[Camera], sh_degree: int, background: Tensor) -> RenderResult:
-        """Render ``model`` from ``cameras`` using SH up to ``sh_degree`` over ``background`` [3]."""
+    def render(
+        self, model: GaussianModel, cameras: List[Camera], sh_degree: int, background: Tensor, depth: bool = True
+    ) -> RenderResult:
+        """Render ``model`` from ``cameras`` using SH up to ``sh_degree`` over ``background`` [3];
+        ``depth`` False leaves ``RenderResult.depth`` None and skips its work (training steps)."""
 
 
 def sh_colors(model: GaussianModel, viewmats: Tensor, sh_degree: int) -> Tensor:
@@ -63,15 +66,19 @@ class TorchRenderer(Renderer):
 
     supports_absgrad = True
 
-    def render(self, model: GaussianModel, cameras: List[Camera], sh_degree: int, background: Tensor) -> RenderResult:
+    def render(
+        self, model: GaussianModel, cameras: List[Camera], sh_degree: int, background: Tensor, depth: bool = True
+    ) -> RenderResult:
         from .torch_rasterizer import rasterize
 
         viewmats, Ks, width, height = stack_cameras(cameras)
         C = viewmats.shape[0]
-        colors = sh_colors(model, viewmats, sh_degree)
-        depths = (torch.einsum("cij,nj->cni", viewmats[:, :3, :3], model.means) + viewmats[:, None, :3, 3])[..., 2:]
-        features = torch.cat([colors, depths], dim=-1)  # [C, N, 4]
-        backgrounds = torch.cat([background.expand(C, 3), background.new_zeros(C, 1)], dim=-1)
+        features = sh_colors(model, viewmats, sh_degree)  # [C, N, 3], then depth as a 4th channel
+        backgrounds = background.expand(C, 3)
+        if depth:
+            depths = (torch.einsum("cij,nj->cni", viewmats[:, :3, :3], model.means) + viewmats[:, None, :3, 3])[..., 2:]
+            features = torch.cat([features, depths], dim=-1)
+            backgrounds = torch.cat([backgrounds, background.new_zeros(C, 1)], dim=-1)
         render, alpha, info = rasterize(
             model.means,
             model.quats,
@@ -90,8 +97,8 @@ class TorchRenderer(Renderer):
             backgrounds=backgrounds,
             absgrad=self.absgrad,
         )
-        depth = render[..., 3:] / alpha.clamp_min(1e-10)
-        return RenderResult(rgb=render[..., :3], alpha=alpha, depth=depth, info=info)
+        expected_depth = render[..., 3:] / alpha.clamp_min(1e-10) if depth else None
+        return RenderResult(rgb=render[..., :3], alpha=alpha, depth=expected_depth, info=info)
 
 
 @RENDERERS.register("gsplat", aliases=("GsplatRenderer",))
@@ -100,7 +107,9 @@ class GsplatRenderer(Renderer):
 
     supports_absgrad = True
 
-    def render(self, model: GaussianModel, cameras: List[Camera], sh_degree: int, background: Tensor) -> RenderResult:
+    def render(
+        self, model: GaussianModel, cameras: List[Camera], sh_degree: int, background: Tensor, depth: bool = True
+    ) -> RenderResult:
         from gsplat import rasterization
 
         viewmats, Ks, width, height = stack_cameras(cameras)
@@ -121,12 +130,12 @@ class GsplatRenderer(Renderer):
             tile_size=self.tile_size,
             sh_degree=sh_degree,
             backgrounds=background.expand(C, 3),
-            render_mode="RGB+ED",
+            render_mode="RGB+ED" if depth else "RGB",
             rasterize_mode=self.rasterize_mode,
             packed=False,
             absgrad=self.absgrad,
         )
-        return RenderResult(rgb=render[..., :3], alpha=alpha, depth=render[..., 3:], info=info)
+        return RenderResult(rgb=render[..., :3], alpha=alpha, depth=render[..., 3:] if depth else None, info=info)
 
 
 def build_renderer(
