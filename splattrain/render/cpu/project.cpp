@@ -100,15 +100,16 @@ struct Projection {
         }
         in_depth = p[2] > S(o.near_plane) && p[2] < S(o.far_plane);
         z = in_depth ? p[2] : S(1);
+        const S inv_z = S(1) / z;
         // gsplat evaluates the Jacobian at the centre clamped to 1.3x the field of view
         const S lim_x = S(0.15 * o.width) / cam.fx, lim_y = S(0.15 * o.height) / cam.fy;
-        tx = clamp_ratio(p[0] / z, -(cam.cx / cam.fx + lim_x), (S(o.width) - cam.cx) / cam.fx + lim_x,
+        tx = clamp_ratio(p[0] * inv_z, -(cam.cx / cam.fx + lim_x), (S(o.width) - cam.cx) / cam.fx + lim_x,
                          clamp_x, bound_x) * z;
-        ty = clamp_ratio(p[1] / z, -(cam.cy / cam.fy + lim_y), (S(o.height) - cam.cy) / cam.fy + lim_y,
+        ty = clamp_ratio(p[1] * inv_z, -(cam.cy / cam.fy + lim_y), (S(o.height) - cam.cy) / cam.fy + lim_y,
                          clamp_y, bound_y) * z;
         for (int j = 0; j < 3; ++j) {
-            jx[j] = (cam.fx / z) * (cam_m[0][j] - (tx / z) * cam_m[2][j]);
-            jy[j] = (cam.fy / z) * (cam_m[1][j] - (ty / z) * cam_m[2][j]);
+            jx[j] = (cam.fx * inv_z) * (cam_m[0][j] - (tx * inv_z) * cam_m[2][j]);
+            jy[j] = (cam.fy * inv_z) * (cam_m[1][j] - (ty * inv_z) * cam_m[2][j]);
         }
         xx0 = jx[0] * jx[0] + jx[1] * jx[1] + jx[2] * jx[2];
         xy = jx[0] * jy[0] + jx[1] * jy[1] + jx[2] * jy[2];
@@ -118,11 +119,12 @@ struct Projection {
         yy = yy0 + S(o.eps2d);
         det_raw = xx * yy - xy * xy;
         det = std::max(det_raw, S(kDetMin));
-        conic[0] = yy / det;
-        conic[1] = -xy / det;
-        conic[2] = xx / det;
+        const S inv_det = S(1) / det;
+        conic[0] = yy * inv_det;
+        conic[1] = -xy * inv_det;
+        conic[2] = xx * inv_det;
         for (int i = 0; i < 2; ++i)
-            means2d[i] = (cam.K[i][0] * p[0] + cam.K[i][1] * p[1] + cam.K[i][2] * p[2]) / z;
+            means2d[i] = (cam.K[i][0] * p[0] + cam.K[i][1] * p[1] + cam.K[i][2] * p[2]) * inv_z;
         ratio = det_orig / det;
         comp = o.antialiased ? std::sqrt(std::max(ratio, S(0))) : S(1);
         opacity_out = opacity * comp;
@@ -152,16 +154,18 @@ struct Projection {
     void vjp(const Camera<S>& cam, const Options& o, const S* g_m2, S g_depth, const S* g_conic,
              S g_opacity_out, S* g_mean, S* g_quat, S* g_scale, S* g_opacity) const {
         *g_opacity += g_opacity_out * comp;
+        // reciprocals once: multiplications are far cheaper than divisions
+        const S inv_det = S(1) / det, inv_z = S(1) / z, inv_z2 = inv_z * inv_z;
         S g_det = 0, g_det_orig = 0, g_xx = 0, g_yy = 0, g_xy = 0;
         if (o.antialiased && ratio > S(0)) {
             const S g_ratio = g_opacity_out * opacity * S(0.5) / comp;
-            g_det_orig += g_ratio / det;
-            g_det -= g_ratio * ratio / det;
+            g_det_orig += g_ratio * inv_det;
+            g_det -= g_ratio * ratio * inv_det;
         }
-        g_yy += g_conic[0] / det;
-        g_xy -= g_conic[1] / det;
-        g_xx += g_conic[2] / det;
-        g_det -= (g_conic[0] * conic[0] + g_conic[1] * conic[1] + g_conic[2] * conic[2]) / det;
+        g_yy += g_conic[0] * inv_det;
+        g_xy -= g_conic[1] * inv_det;
+        g_xx += g_conic[2] * inv_det;
+        g_det -= (g_conic[0] * conic[0] + g_conic[1] * conic[1] + g_conic[2] * conic[2]) * inv_det;
         if (det_raw >= S(kDetMin)) {  // else det was clamped
             g_xx += g_det * yy;
             g_yy += g_det * xx;
@@ -176,20 +180,20 @@ struct Projection {
             const S g_jx = S(2) * g_xx * jx[j] + g_xy * jy[j];
             const S g_jy = S(2) * g_yy * jy[j] + g_xy * jx[j];
             // jx = fx / z * (cam_m0 - tx / z * cam_m2), jy likewise with fy, cam_m1, ty
-            g_cam_m[0][j] += g_jx * cam.fx / z;
-            g_cam_m[1][j] += g_jy * cam.fy / z;
-            g_cam_m[2][j] -= (g_jx * cam.fx * tx + g_jy * cam.fy * ty) / (z * z);
-            g_tx -= g_jx * cam.fx * cam_m[2][j] / (z * z);
-            g_ty -= g_jy * cam.fy * cam_m[2][j] / (z * z);
-            g_z -= g_jx * jx[j] / z + g_jy * jy[j] / z;
-            g_z += (g_jx * cam.fx * tx + g_jy * cam.fy * ty) * cam_m[2][j] / (z * z * z);
+            g_cam_m[0][j] += g_jx * cam.fx * inv_z;
+            g_cam_m[1][j] += g_jy * cam.fy * inv_z;
+            g_cam_m[2][j] -= (g_jx * cam.fx * tx + g_jy * cam.fy * ty) * inv_z2;
+            g_tx -= g_jx * cam.fx * cam_m[2][j] * inv_z2;
+            g_ty -= g_jy * cam.fy * cam_m[2][j] * inv_z2;
+            g_z -= (g_jx * jx[j] + g_jy * jy[j]) * inv_z;
+            g_z += (g_jx * cam.fx * tx + g_jy * cam.fy * ty) * cam_m[2][j] * inv_z2 * inv_z;
         }
         // tx = z * clamp(x / z): d/dx = 1 inside the clamp; d/dz = the bound when clamped
         if (clamp_x) g_z += g_tx * bound_x; else g_p[0] += g_tx;
         if (clamp_y) g_z += g_ty * bound_y; else g_p[1] += g_ty;
         for (int i = 0; i < 2; ++i) {
-            for (int j = 0; j < 3; ++j) g_p[j] += g_m2[i] * cam.K[i][j] / z;
-            g_z -= g_m2[i] * means2d[i] / z;
+            for (int j = 0; j < 3; ++j) g_p[j] += g_m2[i] * cam.K[i][j] * inv_z;
+            g_z -= g_m2[i] * means2d[i] * inv_z;
         }
         if (in_depth) g_p[2] += g_z;
         g_p[2] += g_depth;
@@ -217,7 +221,8 @@ struct Projection {
         // qn = q / max(|q|, eps)
         if (qnorm > S(kNormEps)) {
             const S dot = qn[0] * g_qn[0] + qn[1] * g_qn[1] + qn[2] * g_qn[2] + qn[3] * g_qn[3];
-            for (int i = 0; i < 4; ++i) g_quat[i] += (g_qn[i] - qn[i] * dot) / qnorm;
+            const S inv_norm = S(1) / qnorm;
+            for (int i = 0; i < 4; ++i) g_quat[i] += (g_qn[i] - qn[i] * dot) * inv_norm;
         } else {
             for (int i = 0; i < 4; ++i) g_quat[i] += g_qn[i] / S(kNormEps);
         }
