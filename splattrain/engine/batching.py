@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, List
 
 import torch
@@ -12,6 +13,31 @@ from ..errors import ConfigError
 
 #: Batch entries with one row per view; the others (background) are shared by all views.
 _PER_VIEW = ("image", "alpha", "mask", "image_id")
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    """The config values a training step reads, taken from the config once when the trainer is
+    built (each OmegaConf lookup costs tens of microseconds; a step made several). A hook that
+    changes one of these keys during a run must also replace ``trainer.step_settings``."""
+
+    batch_size: int  # trainer.batch_size
+    render_depth: bool  # trainer.render_depth
+    val_interval: int  # trainer.val_interval
+    val_begin: int  # trainer.val_begin
+    sh_degree: int  # model.sh_degree
+    sh_degree_interval: int  # model.sh_degree_interval
+    ssim_lambda: float  # loss.ssim_lambda
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "StepSettings":
+        trainer, model = cfg.trainer, cfg.model
+        return cls(
+            batch_size=int(trainer.batch_size), render_depth=bool(trainer.render_depth),
+            val_interval=int(trainer.val_interval), val_begin=int(trainer.val_begin),
+            sh_degree=int(model.sh_degree), sh_degree_interval=int(model.sh_degree_interval),
+            ssim_lambda=float(cfg.loss.ssim_lambda),
+        )
 
 
 def views_per_step(batch_size: int, accumulate_steps: int, cameras: List[Camera]) -> int:

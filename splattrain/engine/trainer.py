@@ -24,12 +24,12 @@ from ..io.ply import read_ply_gaussians
 from ..losses import photometric_loss
 from ..metrics import Evaluator, mean_metrics
 from ..model.gaussians import GaussianModel, degree_for_step
-from ..optim import build_optimizers, build_schedulers
+from ..optim import build_optimizers, build_schedulers, clear_grads
 from ..registry import WRITERS
 from ..render.splat_renderers import build_renderer
 from ..strategy import build_strategy
 from ..writers import Writer, WriterGroup
-from .batching import mean_losses, micro_batches, views_per_step
+from .batching import StepSettings, mean_losses, micro_batches, views_per_step
 from .setup import build_hook, hook_specs, import_user_modules, resolve_device, rng_states, seed_everything, set_rng_states
 
 
@@ -38,9 +38,9 @@ class DefaultTrainer:
 
     Build it with a config from :func:`splattrain.config.load_config`, then call
     :meth:`train`. Public attributes hooks may use: ``cfg``, ``console``, ``run_dir``,
-    ``checkpoint_dir``, ``device``, ``step``, ``max_steps``, ``data``, ``model``, ``renderer``,
-    ``optimizers``, ``schedulers``, ``strategy``, ``strategy_state``, ``writers``,
-    ``hooks``, ``last_metrics``.
+    ``checkpoint_dir``, ``device``, ``step``, ``max_steps``, ``step_settings`` (the config values
+    each step reads, taken once), ``data``, ``model``, ``renderer``, ``optimizers``,
+    ``schedulers``, ``strategy``, ``strategy_state``, ``writers``, ``hooks``, ``last_metrics``.
     """
 
     def __init__(self, cfg: DictConfig, console: Optional[Console] = None, config_dir: Optional[Path] = None) -> None:
@@ -53,6 +53,7 @@ class DefaultTrainer:
         self.device = resolve_device(cfg.trainer.device)
         self.step = 0
         self.max_steps = int(cfg.trainer.max_steps)
+        self.step_settings = StepSettings.from_config(cfg)
         self.background = torch.tensor(list(cfg.data.background), dtype=torch.float32, device=self.device)
 
         self.data_type, scene = load_scene(cfg.data)
@@ -184,12 +185,13 @@ class DefaultTrainer:
         """
         batch = self.data.next_train(step)
         self.call_hook("before_train_iter", step, batch)
-        sh_degree = degree_for_step(step, self.cfg.model.sh_degree_interval, self.cfg.model.sh_degree)
-        chunks = micro_batches(batch, self.cfg.trainer.batch_size)
+        settings = self.step_settings
+        sh_degree = degree_for_step(step, settings.sh_degree_interval, settings.sh_degree)
+        chunks = micro_batches(batch, settings.batch_size)
         infos, terms = [], []
         for chunk in chunks:
             render = self.renderer.render(
-                self.model, chunk["camera"], sh_degree, chunk["background"], depth=self.cfg.trainer.render_depth
+                self.model, chunk["camera"], sh_degree, chunk["background"], depth=settings.render_depth
             )
             losses = self._losses(render, chunk)
             render.info["n_cameras"] = len(batch["camera"])  # gradients are of the mean over all the step's views
@@ -203,8 +205,7 @@ class DefaultTrainer:
             self.strategy.post_backward(self.model.params, self.optimizers, self.strategy_state, step, infos)
             for optimizer in self.optimizers.values():
                 optimizer.step()
-        for optimizer in self.optimizers.values():
-            optimizer.zero_grad(set_to_none=True)
+        clear_grads(self.optimizers)
         for scheduler in self.schedulers:
             scheduler.step(step)
         self.call_hook("after_train_iter", step, batch, outputs)
@@ -212,15 +213,15 @@ class DefaultTrainer:
 
     def _losses(self, render, batch: Dict[str, Any]) -> Dict[str, torch.Tensor]:
         """The photometric terms plus the strategy's regularisers; ``loss`` is their sum."""
-        losses = photometric_loss(render.rgb, batch["image"], self.cfg.loss.ssim_lambda, batch.get("mask"))
+        losses = photometric_loss(render.rgb, batch["image"], self.step_settings.ssim_lambda, batch.get("mask"))
         extra = self.strategy.regularization(self.model.params)
         if extra:
             losses = {**losses, **extra, "loss": losses["loss"] + sum(extra.values())}
         return losses
 
     def _validation_due(self, step: int) -> bool:
-        interval = self.cfg.trainer.val_interval
-        periodic = interval > 0 and step % interval == 0 and step >= self.cfg.trainer.val_begin
+        interval = self.step_settings.val_interval
+        periodic = interval > 0 and step % interval == 0 and step >= self.step_settings.val_begin
         return step == self.max_steps or periodic
 
     @torch.no_grad()
@@ -229,7 +230,7 @@ class DefaultTrainer:
         if self.evaluator is None:
             self.evaluator = Evaluator(self.cfg.metrics.lpips, self.cfg.metrics.lpips_net, self.device, self.console.warning)
         self.call_hook("before_val")
-        sh_degree = degree_for_step(self.step, self.cfg.model.sh_degree_interval, self.cfg.model.sh_degree)
+        sh_degree = degree_for_step(self.step, self.step_settings.sh_degree_interval, self.step_settings.sh_degree)
         per_view: List[Dict[str, Any]] = []
         for index, batch in enumerate(self.data.test_batches()):
             self.call_hook("before_val_iter", index, batch)
