@@ -91,7 +91,8 @@ int64_t bin_count(const S* means2d, const int32_t* radii, int64_t n_cams, int64_
     parallel_for(chunks, threads, [&](int64_t chunk) {
         int64_t total = 0;
         for (int64_t i = chunk * kChunk; i < std::min(n, (chunk + 1) * kChunk); ++i) {
-            const int64_t count = tile_rect(means2d + 2 * i, radii + 2 * i, tile_size, tiles_x, tiles_y, rects + 4 * i);
+            const int64_t count =
+                tile_rect(means2d + 2 * i, radii + 2 * i, tile_size, tiles_x, tiles_y, rects + 4 * i);
             tiles_per_gauss[i] = static_cast<int32_t>(count);
             total += count;
         }
@@ -106,7 +107,6 @@ int64_t bin_count(const S* means2d, const int32_t* radii, int64_t n_cams, int64_
 // Gaussians are radix-sorted by the float bits of their depth (stable, so ties keep flat-index
 // order) and appended to their tiles in that order: the PyTorch backend's stable sort by
 // (camera, tile, depth) keys, without sorting every tile.
-template <typename S>
 void bin_fill(const float* depths, int64_t n_cams, int64_t n_gauss, int tiles_x, int tiles_y,
               const int32_t* tiles_per_gauss, const int32_t* rects, int64_t* isect_ids, int32_t* flatten_ids,
               int32_t* offsets) {
@@ -505,8 +505,8 @@ void composite_backward(const Scene<S>& s, int threads, const S* trans, const in
         const float* depths, int64_t n_cams, int64_t n_gauss, int tiles_x, int tiles_y,            \
         const int32_t* tiles_per_gauss, const int32_t* rects, int64_t* isect_ids,                  \
         int32_t* flatten_ids, int32_t* offsets) {                                                  \
-        bin_fill<S>(depths, n_cams, n_gauss, tiles_x, tiles_y, tiles_per_gauss, rects, isect_ids,  \
-                    flatten_ids, offsets);                                                         \
+        bin_fill(depths, n_cams, n_gauss, tiles_x, tiles_y, tiles_per_gauss, rects, isect_ids,     \
+                 flatten_ids, offsets);                                                         \
     }                                                                                              \
     extern "C" void splat_forward_##SUFFIX(                                                        \
         const S* means2d, const S* conics, const S* opacities, const S* colors,                    \

@@ -67,7 +67,8 @@ struct Shape {
 // out[j] = sum_k w[k] * in[j + k * step] for j < n: the window along a row (step 1) or down
 // the rows of a plane (step = its row length).
 template <typename S>
-[[gnu::always_inline]] inline void blur(const Window<S>& win, const S* __restrict in, size_t step, int n, S* __restrict out) {
+[[gnu::always_inline]] inline void blur(const Window<S>& win, const S* __restrict in, size_t step, int n,
+                                        S* __restrict out) {
     if (win.size == 1) {
         for (int j = 0; j < n; ++j) out[j] = in[j];
         return;
@@ -91,8 +92,8 @@ std::vector<S>& scratch(size_t n) {
 // One row of the SSIM map from the blurred statistics stat [5][wo] (x, y, x^2, y^2, xy); with
 // kDerivatives also its derivatives along the blurred x, x^2 and x*y.
 template <typename S, bool kDerivatives>
-[[gnu::always_inline]] inline void ssim_row(const S* __restrict stat, int wo, S* __restrict map, S* __restrict d_mu,
-                                S* __restrict d_xx, S* __restrict d_xy) {
+[[gnu::always_inline]] inline void ssim_row(const S* __restrict stat, int wo, S* __restrict map,
+                                            S* __restrict d_mu, S* __restrict d_xx, S* __restrict d_xy) {
     const S* mxs = stat;
     const S* mys = stat + wo;
     const S* exxs = stat + 2 * wo;
@@ -119,8 +120,8 @@ template <typename S, bool kDerivatives>
 // Sums the SSIM map of plane rows [o0, o1) and, when dmaps is set, writes its derivatives there
 // ([3][planes][hp][wp], padded: with respect to the blurred x, x^2 and x*y), zeros included.
 template <typename S>
-SPLAT_CLONES double forward_band(const S* pred, const S* target, const Shape& sh, const Window<S>& wy, const Window<S>& wx,
-                    int64_t plane, int o0, int o1, S* dmaps) {
+SPLAT_CLONES double forward_band(const S* pred, const S* target, const Shape& sh, const Window<S>& wy,
+                                 const Window<S>& wx, int64_t plane, int o0, int o1, S* dmaps) {
     const int rows = o1 - o0 + wy.size - 1;  // input rows the band reads
     const int W = sh.width, wo = sh.wo;
     // Input rows (x, y, x^2, y^2, xy) blurred along the row: [5][rows][wo].
@@ -146,7 +147,8 @@ SPLAT_CLONES double forward_band(const S* pred, const S* target, const Shape& sh
         for (int m = 0; m < 3; ++m) {
             S* first = dmaps + m * apart + plane * sh.padded_size();
             if (o0 == 0) std::fill(first, first + static_cast<size_t>(sh.pad_y) * sh.wp, S(0));
-            if (o1 == sh.ho) std::fill(first + static_cast<size_t>(sh.pad_y + sh.ho) * sh.wp, first + sh.padded_size(), S(0));
+            if (o1 == sh.ho)
+                std::fill(first + static_cast<size_t>(sh.pad_y + sh.ho) * sh.wp, first + sh.padded_size(), S(0));
         }
     }
     double sum = 0;
@@ -176,8 +178,9 @@ SPLAT_CLONES double forward_band(const S* pred, const S* target, const Shape& sh
 // of the three derivative maps, d/dx = a + 2 x b + y c. The window is symmetric, so the
 // transposed blur is the blur of the zero-padded maps.
 template <typename S>
-SPLAT_CLONES void backward_band(const S* pred, const S* target, const Shape& sh, const Window<S>& wy, const Window<S>& wx,
-                   int64_t plane, int i0, int i1, const S* dmaps, S scale, S* grad) {
+SPLAT_CLONES void backward_band(const S* pred, const S* target, const Shape& sh, const Window<S>& wy,
+                                const Window<S>& wx, int64_t plane, int i0, int i1, const S* dmaps, S scale,
+                                S* grad) {
     const int W = sh.width;
     const size_t apart = sh.padded_size() * sh.planes();
     std::vector<S>& buf = scratch<S>(3 * static_cast<size_t>(sh.wp) + 3 * static_cast<size_t>(W));
