@@ -38,7 +38,7 @@ from splattrain.errors import ConfigError
 from splattrain.losses import photometric_loss
 from splattrain.model.gaussians import GaussianModel
 from splattrain.registry import RENDERERS
-from splattrain.render.splat_renderers import Renderer, build_renderer
+from splattrain.render import Renderer, build_renderer
 
 REPO = Path(__file__).resolve().parents[1]
 WIDE_SIZES = [64, 128, 256, 512]

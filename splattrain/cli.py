@@ -17,6 +17,11 @@ EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 
 
+#: ``splattrain list`` subjects and the registry attribute each lists.
+_REGISTRIES = {"hooks": "HOOKS", "writers": "WRITERS", "datasets": "DATASETS", "renderers": "RENDERERS",
+               "losses": "LOSSES", "strategies": "STRATEGIES", "trainers": "TRAINERS"}
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="splattrain", description="Train 3D Gaussian Splatting scenes.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -54,15 +59,16 @@ def _parser() -> argparse.ArgumentParser:
     sc.add_argument("--config", required=True, help="YAML config file (see configs/)")
     sc.add_argument("--out", help="also plot every curve to this PNG file")
     sc.add_argument("overrides", nargs="*", metavar="dotted.key=value", help="config overrides")
-    lst = sub.add_parser("list", help="list registered hooks, writers, datasets or renderers")
-    lst.add_argument("what", choices=["hooks", "writers", "datasets", "renderers"])
+    lst = sub.add_parser("list", help="list registered hooks, writers, datasets, renderers, losses, strategies, trainers")
+    lst.add_argument("what", choices=list(_REGISTRIES))
+    lst.add_argument("--config", help="also import the modules this config names in imports:")
     return parser
 
 
 def _fit(args: argparse.Namespace) -> int:
     from .config import config_to_yaml, load_config
     from .console import Console
-    from .engine import DefaultTrainer
+    from .registry import TRAINERS
 
     console = Console(quiet=args.quiet, verbose=args.verbose)
     config_path = Path(args.config)
@@ -70,7 +76,7 @@ def _fit(args: argparse.Namespace) -> int:
         args.overrides.insert(0, args.resume)  # `--resume key=value`: an override, not a path
         args.resume = "latest"
     cfg = load_config(config_path, args.overrides)
-    trainer = DefaultTrainer(cfg, console=console, config_dir=config_path.parent)
+    trainer = TRAINERS.get(cfg.trainer.type)(cfg, console=console, config_dir=config_path.parent)
     trainer.resume_hint = " ".join(["splattrain fit --config", str(config_path), *args.overrides, "--resume"])
     if args.dry_run:
         console.table("hooks", ["point", "hooks (priority)"], [[p, ", ".join(n)] for p, n in trainer.hooks.table()])
@@ -134,13 +140,15 @@ def _list(args: argparse.Namespace) -> int:
     from rich.console import Console as RichConsole
     from rich.table import Table
 
-    import splattrain.data.loading  # noqa: F401  (registers datasets)
-    import splattrain.render.splat_renderers  # noqa: F401  (registers renderers)
-
     from . import registry
+    from .config.plugins import register_builtins
 
-    reg = {"hooks": registry.HOOKS, "writers": registry.WRITERS, "datasets": registry.DATASETS,
-           "renderers": registry.RENDERERS}[args.what]
+    register_builtins()
+    if args.config:
+        from .config import load_config
+
+        load_config(Path(args.config))  # imports its modules
+    reg = getattr(registry, _REGISTRIES[args.what])
     table = Table(title=f"registered {args.what}", title_justify="left")
     table.add_column("name")
     table.add_column("description")

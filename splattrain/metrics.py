@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 from torch import Tensor
 
-from .losses import masked_ssim, ssim_nhwc
+from .losses.ssim import masked_ssim, ssim_nhwc
 
 #: torchvision checkpoint file each LPIPS backbone needs in torch's hub cache.
 LPIPS_BACKBONE_FILES = {

@@ -1,9 +1,11 @@
-"""Name -> class registries used to build hooks, writers, datasets and renderers from config."""
+"""Name -> class registries: every pluggable component (hooks, writers, datasets, renderers,
+loss terms, densification strategies, trainers) is registered here and built from config."""
 
 from __future__ import annotations
 
 import difflib
 import inspect
+import typing
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Type, TypeVar
 
 from .errors import ConfigError
@@ -67,17 +69,24 @@ class Registry:
                 f"registered: {known}"
             ) from None
 
-    def build(self, spec: Mapping[str, Any], **extra: Any) -> Any:
-        """Build from ``{type: Name, **kwargs}``; ``extra`` kwargs are passed as well."""
+    def build(self, spec: Mapping[str, Any], *, where: str = "", **extra: Any) -> Any:
+        """Build from ``{type: Name, **options}``; ``extra`` kwargs are passed as well.
+
+        Options are checked against the class's signature before it is called: an unknown
+        option names the closest real one, a value of the wrong simple type (int, float, bool,
+        str) names the expected type. ``where`` (e.g. ``"strategy"``) prefixes option names
+        in messages so they read as config keys.
+        """
         if "type" not in spec:
             raise ConfigError(f"{self.kind} spec {dict(spec)!r} has no 'type' key")
         kwargs = {k: v for k, v in spec.items() if k != "type"}
         cls = self.get(str(spec["type"]))
-        try:
-            inspect.signature(cls).bind(**kwargs, **extra)
-        except TypeError as err:
-            raise ConfigError(f"{self.kind} {spec['type']!r}: {err}") from None
+        check_options(cls, kwargs, f"{self.kind} {spec['type']!r}", where, extra)
         return cls(**kwargs, **extra)
+
+    def options(self, name: str) -> Dict[str, inspect.Parameter]:
+        """The options (keyword parameters) the entry ``name`` accepts."""
+        return _parameters(self.get(name))
 
     def describe(self) -> Dict[str, str]:
         """Primary names with the first line of each docstring and their aliases."""
@@ -87,6 +96,10 @@ class Registry:
             line = doc.splitlines()[0] if doc else ""
             out[key] = line + (f" (also: {', '.join(aliases)})" if aliases else "")
         return out
+
+    def entries(self) -> list[tuple[str, Callable[..., Any]]]:
+        """(primary name, class) in registration order."""
+        return [(name, self._entries[name]) for name in self._aliases]
 
     def __contains__(self, name: str) -> bool:
         return name in self._entries
@@ -99,7 +112,72 @@ class Registry:
         return len(self._aliases)
 
 
+def _parameters(cls: Callable[..., Any]) -> Dict[str, inspect.Parameter]:
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):  # builtins without a signature
+        return {}
+    return {n: p for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+_SIMPLE = {int: (int,), float: (int, float), bool: (bool,), str: (str,)}
+
+
+def _expected_types(annotation: Any) -> Optional[tuple]:
+    """Accepted Python types for a simple annotation (``Optional`` allowed); None: not checked."""
+    if annotation in _SIMPLE:
+        return _SIMPLE[annotation]
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is typing.Union and len(args) == 2 and type(None) in args:
+        inner = _expected_types(next(a for a in args if a is not type(None)))
+        return None if inner is None else (*inner, type(None))
+    return None
+
+
+def check_options(
+    cls: Callable[..., Any], options: Mapping[str, Any], what: str, where: str = "", extra: Mapping[str, Any] = {}
+) -> None:
+    """Raise ConfigError when ``options`` do not fit ``cls``'s signature (unknown, missing or
+    mistyped); ``what`` names the plugin, ``where`` the config section, in the message."""
+    prefix = f"{where}." if where else ""
+    params = _parameters(cls)
+    try:
+        accepts_any = any(p.kind == p.VAR_KEYWORD for p in inspect.signature(cls).parameters.values())
+    except (TypeError, ValueError):
+        accepts_any = True
+    for key in options:
+        if key not in params and not accepts_any:
+            known = [n for n in params if n not in extra]
+            raise ConfigError(
+                f"{what}: unknown option '{prefix}{key}'{did_you_mean(key, known + ['type'])}; "
+                f"its options: {', '.join(known) or 'none'}"
+            )
+    try:
+        hints = typing.get_type_hints(cls.__init__ if inspect.isclass(cls) else cls)
+    except Exception:  # unresolvable annotations: leave types to the class
+        hints = {}
+    for key, value in options.items():
+        expected = _expected_types(hints.get(key))
+        if expected is None or (isinstance(value, bool) and bool not in expected):
+            if expected is not None:
+                raise ConfigError(f"{what}: option '{prefix}{key}' must be {_type_name(hints[key])}, got {value!r}")
+            continue
+        if not isinstance(value, expected):
+            raise ConfigError(f"{what}: option '{prefix}{key}' must be {_type_name(hints[key])}, got {value!r}")
+    try:
+        inspect.signature(cls).bind(**options, **extra)
+    except TypeError as err:
+        raise ConfigError(f"{what}: {err}") from None
+
+
+def _type_name(annotation: Any) -> str:
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+
+
 HOOKS = Registry("hook")
 WRITERS = Registry("writer")
 DATASETS = Registry("dataset")
 RENDERERS = Registry("renderer")
+LOSSES = Registry("loss term")
+STRATEGIES = Registry("strategy")
+TRAINERS = Registry("trainer")

@@ -60,7 +60,7 @@ def test_densification_statistics_match_one_view_at_a_time(tmp_path, batch_size,
         render = reference.renderer.render(model, [camera], 0, batch["background"])
         reference.strategy.step_pre_backward(model.params, reference.optimizers, state, 1, render.info)
         photometric_loss(render.rgb, batch["image"][index : index + 1])["loss"].backward()
-        reference.strategy._update_state(model.params, state, render.info)
+        reference.strategy.accumulate(model.params, state, 1, render.info)
         for optimizer in reference.optimizers.values():
             optimizer.zero_grad()
 

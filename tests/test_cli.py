@@ -78,7 +78,8 @@ def test_user_module_registers_hook_via_imports_and_dry_run_writes_nothing(tmp_p
 
 
 @pytest.mark.parametrize("what, name", [("hooks", "CheckPointHook"), ("writers", "tensorboard"),
-                                        ("renderers", "torch"), ("datasets", "blender")])
+                                        ("renderers", "torch"), ("datasets", "blender"),
+                                        ("losses", "dssim"), ("strategies", "mcmc"), ("trainers", "DefaultTrainer")])
 def test_list(what, name):
     result = run_cli("list", what)
     assert result.returncode == 0 and name in result.stdout

@@ -18,7 +18,7 @@ def test_defaults_overrides_and_output_dir(write_config):
     assert list(cfg.data.background) == [0.0, 0.0, 0.0]
     assert cfg.renderer.type == "torch"
     assert cfg.output_dir == "outputs/t"
-    assert cfg.loss.ssim_lambda == pytest.approx(0.2)
+    assert cfg.loss.ssim_lambda is None and cfg.loss.terms is None  # the default terms
 
 
 def test_override_values_are_typed(write_config):

@@ -33,7 +33,7 @@ from splattrain.registry import RENDERERS
 from splattrain.render import cpu, torch_rasterizer
 from splattrain.render.cpu import build
 from splattrain.render.cpu_renderer import CpuRenderer
-from splattrain.render.splat_renderers import TorchRenderer, build_renderer, sh_colors
+from splattrain.render import TorchRenderer, build_renderer, sh_colors
 from test_rasterizer import PARAM_NAMES, Scene, assert_grad_close, make_cameras, make_scene, run
 
 IMAGE_ATOL = 1e-5

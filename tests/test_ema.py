@@ -11,11 +11,11 @@ from omegaconf import OmegaConf
 
 from resume_check import assert_same_run, straight_and_resumed, single_thread  # noqa: F401
 from splattrain.checkpoint import load_checkpoint_file
-from splattrain.config.schema import OptimConfig, StrategyConfig
+from splattrain.config.schema import OptimConfig
 from splattrain.hooks import EMAHook
 from splattrain.model.gaussians import GaussianModel
 from splattrain.optim import build_optimizers
-from splattrain.render.splat_renderers import TorchRenderer
+from splattrain.render import TorchRenderer
 from splattrain.strategy import build_strategy
 
 NO_EVENTS = SimpleNamespace(add_reindex_listener=lambda listener: None)
@@ -70,7 +70,7 @@ def densification_setup():
         model.params["scales"][1] = math.log(0.05)
         model.params["opacities"][2] = torch.logit(torch.tensor(0.001))
     optimizers = build_optimizers(model, OmegaConf.structured(OptimConfig), scene_scale=1.0)
-    strategy = build_strategy(OmegaConf.structured(StrategyConfig), TorchRenderer())
+    strategy = build_strategy({"type": "default"}, TorchRenderer())
     state = strategy.initialize_state(scene_scale=1.0)
     state["grad2d"] = torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
     state["count"] = torch.ones(n)
@@ -89,8 +89,8 @@ def test_averages_follow_their_gaussians_through_clone_split_and_prune():
     hook.updates = torch.tensor([5.0, 6.0, 7.0, 8.0, 9.0, 10.0])
     old_means, old_average = params["means"].detach().clone(), hook.averaged["means"].clone()
 
-    trainer.strategy._grow_gs(params, optimizers, state, step=600)
-    trainer.strategy._prune_gs(params, optimizers, state, step=600)
+    trainer.strategy.grow(params, optimizers, state, step=600)
+    trainer.strategy.prune(params, optimizers, state, step=600)
 
     # rows now: originals 0, 3, 4, 5; the clone of 0; the two halves of 1 (2 was pruned)
     means, average = params["means"].detach(), hook.averaged["means"]

@@ -9,18 +9,17 @@ import torch
 from omegaconf import OmegaConf
 
 from resume_check import assert_same_run, make_trainer, straight_and_resumed, single_thread  # noqa: F401
-from splattrain import mcmc
-from splattrain.config.schema import OptimConfig, StrategyConfig
+from splattrain.config.schema import OptimConfig
 from splattrain.errors import ConfigError
 from splattrain.hooks import Hook
 from splattrain.model.gaussians import GaussianModel
 from splattrain.optim import build_optimizers
 from splattrain.render.torch_rasterizer import rasterize
 from splattrain.strategy import build_strategy
+from splattrain.strategy import relocation as mcmc
 
 MCMC = [
     "strategy.type=mcmc", "strategy.max_gaussians=330", "strategy.refine_start_iter=1", "strategy.refine_every=2",
-    "strategy.grow_grad2d=0.0002", "strategy.reset_every=3000",  # back to the defaults: mcmc does not read them
 ]
 
 
@@ -113,8 +112,7 @@ def test_sample_add_appends_gaussians():
 
 def test_remove_gaussians_leaves_the_binomial_table_alone():
     model, optimizers = small_scene()
-    cfg = OmegaConf.merge(OmegaConf.structured(StrategyConfig), {"type": "mcmc", "max_gaussians": 50})
-    strategy = build_strategy(cfg, None)
+    strategy = build_strategy({"type": "mcmc", "max_gaussians": 50}, None)
     state = strategy.initialize_state()
     seen = []
     strategy.add_reindex_listener(lambda sources, params: seen.append(sources.tolist()))
@@ -172,25 +170,30 @@ def test_resume_with_mcmc_matches_a_straight_run(tmp_path):
 
 @pytest.mark.parametrize(
     "options, message",
-    [({"type": "mcmc"}, "needs strategy.max_gaussians"), ({"type": "adc"}, "'adc' is not known")],
+    [
+        ({"type": "mcmc"}, "needs strategy.max_gaussians"),
+        ({"type": "adc"}, "unknown strategy type 'adc'"),
+        ({"type": "default", "refine_evry": 10}, "strategy 'default': unknown option 'strategy.refine_evry'.*did you mean 'refine_every'"),
+        ({"type": "default", "refine_every": "often"}, "option 'strategy.refine_every' must be int"),
+        ({"type": "mcmc", "max_gaussians": 10, "prune_opa": 0.01}, "write strategy.min_opacity"),
+        ({"type": "mcmc", "max_gaussians": 10, "scale_reg": 0.01}, "write loss.terms"),
+    ],
 )
 def test_strategy_options_are_checked(options, message):
-    cfg = OmegaConf.merge(OmegaConf.structured(StrategyConfig), options)
     with pytest.raises(ConfigError, match=message):
-        build_strategy(cfg, object())
+        build_strategy(options, object())
 
 
 @pytest.mark.parametrize(
     "options, message",
     [
         ({"type": "mcmc", "max_gaussians": 10, "grow_grad2d": 0.001}, "mcmc ignores strategy.grow_grad2d=0.001"),
-        ({"noise_lr": 1.0, "scale_reg": 0.5}, "default ignores strategy.noise_lr=1.0, strategy.scale_reg=0.5"),
+        ({"noise_lr": 1.0, "min_opacity": 0.5}, "default ignores strategy.noise_lr=1.0, strategy.min_opacity=0.5"),
     ],
 )
 def test_options_of_the_other_type_are_reported(options, message):
-    cfg = OmegaConf.merge(OmegaConf.structured(StrategyConfig), options)
     warnings = []
-    build_strategy(cfg, object(), warn=warnings.append)
+    build_strategy(options, object(), warn=warnings.append)
     assert warnings == [f"strategy.type {message}"]
 
 

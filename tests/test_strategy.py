@@ -7,11 +7,11 @@ import torch
 from omegaconf import OmegaConf
 
 from splattrain.cameras import Camera
-from splattrain.config.schema import OptimConfig, StrategyConfig
+from splattrain.config.schema import OptimConfig
 from splattrain.errors import ConfigError
 from splattrain.model.gaussians import GaussianModel
 from splattrain.optim import build_optimizers
-from splattrain.render.splat_renderers import TorchRenderer
+from splattrain.render import TorchRenderer
 from splattrain.strategy import build_strategy
 
 
@@ -20,9 +20,8 @@ def setup(**options):
     points = torch.rand(400, 3, generator=g) * 2 - 1
     model = GaussianModel.from_points(points, torch.rand(400, 3, generator=g), sh_degree=0, opacity=0.9, generator=g)
     optimizers = build_optimizers(model, OmegaConf.structured(OptimConfig), scene_scale=1.0)
-    cfg = OmegaConf.merge(OmegaConf.structured(StrategyConfig), options)
     renderer = TorchRenderer()
-    strategy = build_strategy(cfg, renderer)
+    strategy = build_strategy({"type": "default", **options}, renderer)
     state = strategy.initialize_state(scene_scale=1.0)
     viewmat = torch.eye(4)
     viewmat[2, 3] = 4.0
@@ -67,7 +66,7 @@ def test_growth_adds_gaussians_and_keeps_optimizer_state_aligned():
 def test_absgrad_refused_for_renderers_without_it():
     from splattrain.render.cpu_renderer import CpuRenderer
 
-    cfg = OmegaConf.merge(OmegaConf.structured(StrategyConfig), {"absgrad": True})
+    cfg = {"type": "default", "absgrad": True}
     with pytest.raises(ConfigError, match="absgrad"):
         build_strategy(cfg, CpuRenderer())
     assert build_strategy(cfg, TorchRenderer()).absgrad

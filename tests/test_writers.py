@@ -69,7 +69,7 @@ def test_tensorboard_events_have_tags_steps_images_histograms_and_config(run):
     events = EventAccumulator(str(run.dir / "tb"), size_guidance={"scalars": 0, "images": 0, "histograms": 0, "tensors": 0})
     events.Reload()
     tags = events.Tags()
-    for tag in ["train/loss", "train/l1", "train/dssim", "train/ema_loss", "train/num_gaussians", "lr/means",
+    for tag in ["train/loss", "loss/l1", "loss/dssim", "train/ema_loss", "train/num_gaussians", "lr/means",
                 "lr/scales", "lr/opacities", "time/step_ms", "memory/rss_mb"]:
         assert [e.step for e in events.Scalars(tag)] == STEPS, tag
     for tag in ["val/psnr", "val/ssim"]:

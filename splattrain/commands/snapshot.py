@@ -16,7 +16,7 @@ from ..data.pipeline import DataPipeline
 from ..data.types import SceneData
 from ..engine.setup import resolve_device
 from ..model.gaussians import GaussianModel, degree_for_step
-from ..render.splat_renderers import Renderer, build_renderer
+from ..render import Renderer, build_renderer
 
 
 @dataclass

@@ -10,14 +10,14 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from ..errors import ConfigError
+from .plugins import check_plugin_sections
 from .schema import SplatConfig
 
 _CHOICES = {
-    "renderer.rasterize_mode": ("classic", "antialiased"),
     "model.init.type": ("auto", "points", "random"),
     "export.world_frame": ("original", "normalized"),
 }
-_POSITIVE = ("trainer.max_steps", "data.downscale", "renderer.tile_size")
+_POSITIVE = ("trainer.max_steps", "data.downscale")
 _NON_NEGATIVE = ("trainer.val_interval", "model.sh_degree", "model.sh_degree_interval")
 
 
@@ -96,11 +96,13 @@ def _check_values(cfg: DictConfig, source: str) -> None:
             )
 
 
-def load_config(path: str | Path, overrides: Sequence[str] = ()) -> DictConfig:
+def load_config(path: str | Path, overrides: Sequence[str] = (), check_plugins: bool = True) -> DictConfig:
     """Read ``path``, merge it over the schema defaults, then apply ``key=value`` overrides.
 
     Raises ConfigError naming the file (or the override) and the key for unknown keys,
-    values of the wrong type, missing required keys and out-of-range values.
+    values of the wrong type, missing required keys and out-of-range values. With
+    ``check_plugins`` the modules in ``imports:`` are imported and every plugin section
+    (renderer, strategy, loss, data options, hooks) is checked against its class.
     """
     path = Path(path)
     schema = OmegaConf.structured(SplatConfig)
@@ -109,6 +111,11 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> DictConfig:
         cfg = _merge(cfg, _parse_overrides(overrides), f"{path} (command-line overrides)")
     source = f"{path}" + (" + overrides" if overrides else "")
     _check_values(cfg, source)
+    if check_plugins:
+        try:
+            check_plugin_sections(cfg, path.parent)
+        except ConfigError as err:
+            raise ConfigError(f"{source}: {err}") from None
     if cfg.output_dir is None:
         cfg.output_dir = str(Path("outputs") / cfg.name)
     return cfg

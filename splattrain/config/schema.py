@@ -25,6 +25,7 @@ class TrainerConfig:
     hook_timing: bool = True  # time every hook at every point; a table at the end of the run
     batch_size: int = 1  # views rendered together per step (their images must share one size)
     render_depth: bool = False  # training renders also give RenderResult.depth (validation always does)
+    type: str = "DefaultTrainer"  # the trainer class (splattrain list trainers)
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
 
 
@@ -32,8 +33,9 @@ class TrainerConfig:
 class DataConfig:
     """Where the posed images come from and how they are prepared."""
 
-    type: str = "auto"  # auto (detected from the folder) | colmap | blender | nerfstudio
+    type: str = "auto"  # auto (detected from the folder) | colmap | blender | nerfstudio | a registered reader
     path: str = MISSING
+    options: Dict[str, Any] = field(default_factory=dict)  # the reader's own options (splattrain list datasets)
     downscale: float = 1.0  # 2.0 = half resolution; colmap/nerfstudio use images_N/ when N matches
     background: List[float] = field(default_factory=lambda: [1.0, 1.0, 1.0])  # RGBA images go over it
     random_background: bool = False  # training: a random background colour per step (test: `background`)
@@ -68,18 +70,6 @@ class ModelConfig:
 
 
 @dataclass
-class RendererConfig:
-    """Rasterization backend and its settings."""
-
-    type: str = "auto"  # auto (gsplat on CUDA, else cpu, else torch) | gsplat | cpu | torch
-    rasterize_mode: str = "classic"  # classic | antialiased
-    tile_size: int = 16
-    near_plane: float = 0.01
-    far_plane: float = 1e10
-    eps2d: float = 0.3
-
-
-@dataclass
 class OptimConfig:
     """Adam learning rates per parameter group (3DGS defaults), their schedules, accumulation."""
 
@@ -98,35 +88,13 @@ class OptimConfig:
 
 
 @dataclass
-class StrategyConfig:
-    """Densification: gsplat's DefaultStrategy (clone / split / prune) or MCMC."""
-
-    type: str = "default"  # default | mcmc
-    max_gaussians: int = 0  # cap on the number of Gaussians (0: none; mcmc needs one)
-    prune_opa: float = 0.005  # default: prune below this opacity; mcmc: relocate Gaussians below it
-    grow_grad2d: float = 0.0002
-    grow_scale3d: float = 0.01
-    grow_scale2d: float = 0.05
-    prune_scale3d: float = 0.1
-    prune_scale2d: float = 0.15
-    refine_scale2d_stop_iter: int = 0
-    refine_start_iter: int = 500
-    refine_stop_iter: int = 15_000
-    reset_every: int = 3000
-    refine_every: int = 100
-    pause_refine_after_reset: int = 0
-    absgrad: bool = False
-    revised_opacity: bool = False
-    noise_lr: float = 5e5  # mcmc: position noise, times the current means learning rate
-    opacity_reg: float = 0.01  # mcmc: weight of the mean opacity added to the loss
-    scale_reg: float = 0.01  # mcmc: weight of the mean scale added to the loss
-
-
-@dataclass
 class LossConfig:
-    """Photometric loss: (1 - lambda) * L1 + lambda * D-SSIM."""
+    """The training loss: weighted terms (``terms``), or the 3DGS default with ``ssim_lambda``."""
 
-    ssim_lambda: float = 0.2
+    # [{type: l1, weight: 0.8}, {type: dssim, weight: 0.2}, ...] (splattrain list losses);
+    # null: (1 - ssim_lambda) L1 + ssim_lambda D-SSIM plus the strategy's own terms (MCMC's regularisers)
+    terms: Optional[List[Any]] = None
+    ssim_lambda: Optional[float] = None  # shorthand for the default terms' D-SSIM weight (default 0.2)
 
 
 @dataclass
@@ -155,9 +123,12 @@ class SplatConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
-    renderer: RendererConfig = field(default_factory=RendererConfig)
+    # {type: auto | cpu | torch | gsplat | a registered renderer, **its options} (splattrain list renderers):
+    # rasterize_mode (classic | antialiased), tile_size, near_plane, far_plane, eps2d; gsplat: packed, sparse_grad
+    renderer: Dict[str, Any] = field(default_factory=lambda: {"type": "auto"})
     optim: OptimConfig = field(default_factory=OptimConfig)
-    strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    # {type: default | mcmc | a registered strategy, **its options} (splattrain list strategies)
+    strategy: Dict[str, Any] = field(default_factory=lambda: {"type": "default"})
     loss: LossConfig = field(default_factory=LossConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     export: ExportConfig = field(default_factory=ExportConfig)

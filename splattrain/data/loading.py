@@ -11,51 +11,71 @@ from omegaconf import DictConfig, OmegaConf
 from ..config.schema import DataConfig
 from ..errors import ConfigError, DataError
 from ..registry import DATASETS
+from .reader import DatasetReader
 from .types import SceneData
-
-#: Formats whose world frame is arbitrary (normalised unless data.normalize says otherwise).
-_NORMALIZED_BY_DEFAULT = ("colmap", "nerfstudio")
 
 
 @DATASETS.register("colmap")
-def _load_colmap(path: str, cfg: DataConfig) -> SceneData:
+class ColmapReader(DatasetReader):
     """COLMAP scenes (images/ plus sparse/0/ or sparse/, binary or text; images_N/ for downscales)."""
-    from .colmap import load_colmap
 
-    return load_colmap(path, cfg)
+    normalize_by_default = True
 
+    @classmethod
+    def detect(cls, path: Path) -> bool:
+        from .colmap import find_sparse
 
-@DATASETS.register("blender", aliases=("nerf_synthetic",))
-def _load_blender(path: str, cfg: DataConfig) -> SceneData:
-    """NeRF-synthetic / Blender folders (transforms_train.json, transforms_test.json, PNGs)."""
-    from .blender import load_blender
+        return find_sparse(path) is not None
 
-    return load_blender(path, cfg)
+    def load(self, path: str, cfg: DataConfig) -> SceneData:
+        from .colmap import load_colmap
+
+        return load_colmap(path, cfg)
 
 
 @DATASETS.register("nerfstudio")
-def _load_nerfstudio(path: str, cfg: DataConfig) -> SceneData:
+class NerfstudioReader(DatasetReader):
     """nerfstudio folders (one transforms.json; per-frame or shared intrinsics, distortion, masks)."""
-    from .nerfstudio import load_nerfstudio
 
-    return load_nerfstudio(path, cfg)
+    normalize_by_default = True
+
+    @classmethod
+    def detect(cls, path: Path) -> bool:
+        return (path / "transforms.json").is_file()
+
+    def load(self, path: str, cfg: DataConfig) -> SceneData:
+        from .nerfstudio import load_nerfstudio
+
+        return load_nerfstudio(path, cfg)
+
+
+@DATASETS.register("blender", aliases=("nerf_synthetic",))
+class BlenderReader(DatasetReader):
+    """NeRF-synthetic / Blender folders (transforms_train.json, transforms_test.json, PNGs)."""
+
+    @classmethod
+    def detect(cls, path: Path) -> bool:
+        return (path / "transforms_train.json").is_file()
+
+    def load(self, path: str, cfg: DataConfig) -> SceneData:
+        from .blender import load_blender
+
+        return load_blender(path, cfg)
 
 
 def detect_format(path: Path) -> str:
-    """The dataset type of the folder ``path``, from the files it contains."""
-    from .colmap import find_sparse
-
+    """The dataset type of the folder ``path``: the first registered reader (newest first) whose
+    ``detect`` accepts it."""
     if not path.is_dir():
         raise DataError(f"data.path '{path}' is not a folder")
-    if (path / "transforms_train.json").is_file():
-        return "blender"
-    if (path / "transforms.json").is_file():
-        return "nerfstudio"
-    if find_sparse(path) is not None:
-        return "colmap"
+    for name, reader in reversed(DATASETS.entries()):
+        detect = getattr(reader, "detect", None)
+        if detect is not None and detect(path):
+            return name
     raise DataError(
-        f"data.path '{path}': cannot tell the dataset format (no transforms_train.json, transforms.json, "
-        f"or sparse/0/ with cameras.bin or cameras.txt); set data.type to one of {', '.join(DATASETS)}"
+        f"data.path '{path}': cannot tell the dataset format (no reader recognises it: blender needs "
+        f"transforms_train.json, nerfstudio transforms.json, colmap sparse/0/ with cameras.bin or cameras.txt); "
+        f"set data.type to one of {', '.join(DATASETS)}"
     )
 
 
@@ -84,10 +104,13 @@ def load_scene(cfg: DataConfig | DictConfig) -> tuple[str, SceneData]:
     if kind == "auto":
         kind = detect_format(Path(data.path))
         notes.append(f"data.type auto: detected {kind} in {data.path}")
-    scene = DATASETS.get(kind)(data.path, data)
+    reader = DATASETS.build({"type": kind, **data.options}, where="data.options")
+    if not isinstance(reader, DatasetReader):
+        raise ConfigError(f"dataset {kind!r} does not derive from splattrain.DatasetReader")
+    scene = reader.load(data.path, data)
     scene.extra["notes"] = notes + list(scene.extra.get("notes", []))
     scene.extra.setdefault("world_transform", np.eye(4))
-    normalize = data.normalize if data.normalize is not None else kind in _NORMALIZED_BY_DEFAULT
+    normalize = data.normalize if data.normalize is not None else reader.normalize_by_default
     if normalize and scene.train:
         from .normalize import normalize_scene
 

@@ -12,7 +12,7 @@ from ..cameras import Camera
 from ..errors import ConfigError
 
 #: Batch entries with one row per view; the others (background) are shared by all views.
-_PER_VIEW = ("image", "alpha", "mask", "image_id")
+_PER_VIEW = ("image", "alpha", "mask", "depth", "image_id")
 
 
 @dataclass(frozen=True)
@@ -22,21 +22,20 @@ class StepSettings:
     changes one of these keys during a run must also replace ``trainer.step_settings``."""
 
     batch_size: int  # trainer.batch_size
-    render_depth: bool  # trainer.render_depth
+    render_depth: bool  # trainer.render_depth, or a loss term needs depth
     val_interval: int  # trainer.val_interval
     val_begin: int  # trainer.val_begin
     sh_degree: int  # model.sh_degree
     sh_degree_interval: int  # model.sh_degree_interval
-    ssim_lambda: float  # loss.ssim_lambda
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "StepSettings":
+    def from_config(cls, cfg: Any, render_depth: bool = False) -> "StepSettings":
+        """The settings of ``cfg``; ``render_depth`` forces depth in training renders (a loss term reads it)."""
         trainer, model = cfg.trainer, cfg.model
         return cls(
-            batch_size=int(trainer.batch_size), render_depth=bool(trainer.render_depth),
+            batch_size=int(trainer.batch_size), render_depth=bool(trainer.render_depth) or render_depth,
             val_interval=int(trainer.val_interval), val_begin=int(trainer.val_begin),
             sh_degree=int(model.sh_degree), sh_degree_interval=int(model.sh_degree_interval),
-            ssim_lambda=float(cfg.loss.ssim_lambda),
         )
 
 

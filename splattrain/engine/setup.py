@@ -1,11 +1,8 @@
-"""Helpers the trainer uses to set up a run: device, seeds, user imports, hooks from config."""
+"""Helpers the trainer uses to set up a run: device, seeds, hooks from config."""
 
 from __future__ import annotations
 
-import importlib
 import random
-import sys
-from pathlib import Path
 from typing import Any, Dict, List, Mapping
 
 import numpy as np
@@ -63,30 +60,6 @@ def set_rng_states(states: Mapping[str, Any]) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-def import_user_modules(modules: List[str], config_dir: Path | None = None) -> None:
-    """Import ``modules`` (dotted names or .py paths) so their registrations take effect.
-
-    The current directory and the config file's folder are searched as well.
-    """
-    for extra in (Path.cwd(), config_dir):
-        if extra is not None and str(extra) not in sys.path:
-            sys.path.insert(0, str(extra))
-    for module in modules:
-        name = module
-        if module.endswith(".py"):
-            path = Path(module)
-            if not path.is_absolute() and config_dir is not None and not path.exists():
-                path = config_dir / path
-            if not path.is_file():
-                raise ConfigError(f"imports: file '{module}' not found")
-            sys.path.insert(0, str(path.parent.resolve()))
-            name = path.stem
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as err:
-            raise ConfigError(f"imports: cannot import module '{module}' ({err})") from None
-
-
 def hook_specs(default_hooks: Mapping[str, Any], custom_hooks: List[Mapping[str, Any]]) -> List[tuple[str, Dict[str, Any]]]:
     """(name, spec) for every hook to build: defaults with the user's overrides, then custom hooks."""
     specs: List[tuple[str, Dict[str, Any]]] = []
@@ -129,5 +102,5 @@ def build_hook(name: str, spec: Dict[str, Any]) -> Hook:
             hook.priority = get_priority(priority)
         except ValueError as err:
             raise ConfigError(f"hook {name!r}: {err}") from None
-    hook._registered_name = name  # type: ignore[attr-defined]
+    hook.state_key = name
     return hook

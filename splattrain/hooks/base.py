@@ -43,6 +43,7 @@ HOOK_POINTS = (
     "after_load_checkpoint",
     "before_train",
     "before_train_iter",
+    "before_backward",
     "after_backward",
     "after_train_iter",
     "before_val",
@@ -60,8 +61,11 @@ class Hook:
     """Base class for hooks. Override only the points you need.
 
     Class attribute ``priority`` (or the ``priority`` argument) orders hooks at each
-    point: lower first, ties in registration order. Hooks with state implement
-    ``state_dict`` / ``load_state_dict``; checkpoints store it under the hook's name.
+    point: lower first, ties in registration order; a level name (``"LOW"``) or an int in
+    [0, 100], normalised when the hook is registered. Hooks with state implement
+    ``state_dict`` / ``load_state_dict``; checkpoints store it under the hook's ``state_key``:
+    its name in ``default_hooks`` / the type in ``custom_hooks`` / the class name when registered
+    in code, with ``_2``, ``_3`` for repeats, so two instances never share state.
     """
 
     priority: Union[int, str] = Priority.NORMAL
@@ -72,9 +76,18 @@ class Hook:
         self.priority = get_priority(self.priority)
 
     @property
+    def state_key(self) -> str:
+        """Key under which the checkpoint stores this hook's state (unique in a trainer)."""
+        return self.__dict__.get("_state_key") or getattr(self, "_registered_name", None) or type(self).__name__
+
+    @state_key.setter
+    def state_key(self, value: str) -> None:
+        self.__dict__["_state_key"] = value
+
+    @property
     def name(self) -> str:
-        """Key under which the checkpoint stores this hook's state."""
-        return getattr(self, "_registered_name", None) or type(self).__name__
+        """The hook's name in tables and timings (its ``state_key``)."""
+        return self.state_key
 
     # -- points ---------------------------------------------------------------------
     def before_run(self, trainer: "DefaultTrainer") -> None:
@@ -88,6 +101,13 @@ class Hook:
 
     def before_train_iter(self, trainer: "DefaultTrainer", step: int, batch: Dict[str, Any]) -> None:
         """Before rendering step ``step`` (1-based) with ``batch``."""
+
+    def before_backward(self, trainer: "DefaultTrainer", step: int, losses: Dict[str, Any]) -> None:
+        """Before each ``backward()`` of step ``step`` (once per rendered micro-batch).
+
+        ``losses`` maps every term's name to its unweighted value and ``"loss"`` to the weighted
+        sum, which is what is backpropagated: reweight or add a term by changing ``losses["loss"]``
+        (and store the term under its own name to have it logged and checked)."""
 
     def after_backward(self, trainer: "DefaultTrainer", step: int, outputs: Dict[str, Any]) -> None:
         """After ``loss.backward()``, before densification and the optimizer step."""

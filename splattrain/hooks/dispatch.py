@@ -6,7 +6,7 @@ import time
 from collections import defaultdict
 from typing import Any, Callable, DefaultDict, Dict, List, Tuple
 
-from .base import HOOK_POINTS, Hook
+from .base import HOOK_POINTS, Hook, Priority, get_priority
 
 
 class HookError(RuntimeError):
@@ -34,9 +34,19 @@ class HookDispatcher:
         self.total_seconds = 0.0
 
     def register(self, hook: Hook) -> None:
-        """Add ``hook``; equal priorities keep registration order (stable sort)."""
+        """Add ``hook``: its priority is normalised (a level name or an int, even when the hook's
+        ``__init__`` skipped ``super().__init__()``), it gets a ``state_key`` no other hook has,
+        and equal priorities keep registration order (stable sort)."""
         if not isinstance(hook, Hook):
             raise TypeError(f"{hook!r} is not a Hook")
+        hook.priority = get_priority(getattr(hook, "priority", Priority.NORMAL))
+        taken = {h.state_key for h in self.hooks}
+        base = hook.state_key
+        key, count = base, 1
+        while key in taken:
+            count += 1
+            key = f"{base}_{count}"
+        hook.state_key = key
         self.hooks.append(hook)
         self.hooks.sort(key=lambda h: h.priority)
         self.entries = {
@@ -92,8 +102,6 @@ class HookDispatcher:
 
 
 def _priority_name(value: int) -> str:
-    from .base import Priority
-
     for level in Priority:
         if level.value == value:
             return level.name

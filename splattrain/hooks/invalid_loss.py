@@ -9,11 +9,11 @@ from typing import Any, Dict, List
 import torch
 
 from ..errors import ConfigError
-from ..losses import photometric_loss
 from ..registry import HOOKS
 from .base import Hook, Priority
 
 POLICIES = ("raise", "skip")
+_PER_VIEW = ("image", "alpha", "mask", "depth", "image_id")
 
 
 class InvalidLossError(RuntimeError):
@@ -90,13 +90,16 @@ class CheckInvalidLossHook(Hook):
 
 @torch.no_grad()
 def _invalid_views(trainer, outputs: Dict[str, Any]) -> List[str]:
-    """Names of the step's views whose own photometric loss is not finite (each re-rendered alone)."""
+    """Names of the step's views whose own loss terms are not all finite (each re-rendered alone)."""
     batch = outputs["batch"]
     names = []
     for index, camera in enumerate(batch["camera"]):
-        render = trainer.renderer.render(trainer.model, [camera], outputs["sh_degree"], batch["background"])
-        mask = batch["mask"][index : index + 1] if "mask" in batch else None
-        losses = photometric_loss(render.rgb, batch["image"][index : index + 1], trainer.cfg.loss.ssim_lambda, mask)
+        render = trainer.renderer.render(
+            trainer.model, [camera], outputs["sh_degree"], batch["background"], depth=trainer.step_settings.render_depth
+        )
+        view = {key: value[index : index + 1] if key in _PER_VIEW else value for key, value in batch.items()}
+        view["camera"] = [camera]
+        losses = trainer.loss(render, view, trainer.model)
         if not all(math.isfinite(float(v)) for v in losses.values()):
             names.append(camera.name or str(int(batch["image_id"][index])))
     return names

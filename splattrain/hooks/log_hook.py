@@ -39,7 +39,7 @@ class LogHook(Hook):
     """Progress bar or lines, validation report; scalars, image grids and histograms to the writers.
 
     Every ``interval`` steps (the log interval, config ``default_hooks.logger.interval``)
-    it writes train/* losses, train/ema_loss, train/num_gaussians, train/sh_degree,
+    it writes train/loss (the weighted sum), loss/<term> (each term, unweighted), train/ema_loss, train/num_gaussians, train/sh_degree,
     lr/<group> for every optimizer, time/step_ms, memory/* and whatever other hooks put in
     ``trainer.runtime_info``, and prints a plain progress line when the terminal is not
     interactive. At each validation it writes
@@ -97,7 +97,7 @@ class LogHook(Hook):
         if self._progress is not None:
             self._progress.update(step, fields)
         if self.every_n_steps(trainer, self.interval) or self.is_last_step(trainer):
-            scalars = {f"train/{k}": v.item() for k, v in outputs["losses"].items()}
+            scalars = {("train/loss" if k == "loss" else f"loss/{k}"): v.item() for k, v in outputs["losses"].items()}
             scalars["train/ema_loss"] = self.ema_loss
             scalars["train/num_gaussians"] = trainer.model.num_gaussians
             scalars["train/sh_degree"] = outputs["sh_degree"]

@@ -74,7 +74,7 @@ class MemoryBudgetHook(Hook):
     one image size uses a lower bound per pixel) and derives the largest count the budget
     allows at the most pixels a step will render (the configured training resolution, so
     a coarse-to-fine schedule is accounted for). From then on, before each densification,
-    the strategy's own cap (``max_gaussians`` / MCMC's ``cap_max``) is set so one step may
+    the strategy's own cap (``max_gaussians``, which MCMC grows to) is set so one step may
     take only part of the headroom left below the cap (``greedy``: a quarter;
     ``conservative``: an eighth, with 1.5x the fitted costs and 15% of the headroom kept
     free). A new measured peak above the prediction for the most Gaussians since the
@@ -130,9 +130,14 @@ class MemoryBudgetHook(Hook):
     def before_run(self, trainer) -> None:
         """Note the strategy's configured cap and the configured training size (a resolution
         schedule shrinks the views only from ``before_train`` on)."""
-        limit = next((getattr(trainer.strategy, a) for a in ("max_gaussians", "cap_max")
-                      if hasattr(trainer.strategy, a)), 0)
-        self._strategy_limit = int(limit) if limit and limit > 0 else None
+        if not getattr(trainer.strategy, "supports_cap", False):
+            raise ConfigError(
+                f"MemoryBudgetHook steers the strategy's cap on the number of Gaussians, but strategy "
+                f"{type(trainer.strategy).__name__} has none (supports_cap); use a strategy with max_gaussians "
+                "or disable the hook"
+            )
+        limit = int(trainer.strategy.max_gaussians)
+        self._strategy_limit = limit if limit > 0 else None
         largest = max(f.camera.width * f.camera.height for f in trainer.data.train_frames)
         self.pixels = max(self.pixels, largest * int(trainer.cfg.trainer.batch_size))
 
@@ -228,9 +233,7 @@ class MemoryBudgetHook(Hook):
             limits.append(min(self.cap, count + math.ceil(share * max(0, self.cap - count))))
         if not limits:
             return
-        for attribute in ("max_gaussians", "cap_max"):
-            if hasattr(trainer.strategy, attribute):
-                setattr(trainer.strategy, attribute, min(limits))
+        trainer.strategy.max_gaussians = min(limits)
 
     def after_train_iter(self, trainer, step: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
         self._recent_count = max(self._recent_count, trainer.model.num_gaussians)

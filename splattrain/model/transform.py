@@ -7,6 +7,8 @@ from typing import Dict
 import torch
 from torch import Tensor
 
+from .sh import eval_sh_bases
+
 
 def _quat_from_matrix(R: Tensor) -> Tensor:
     """wxyz unit quaternion of a rotation matrix [3, 3]."""
@@ -47,12 +49,10 @@ def sh_rotation_matrices(R: Tensor, degree: int, samples: int = 64) -> list[Tens
 
     Found by least squares on sampled directions: the rotated function f'(d) = f(R^T d).
     """
-    from gsplat.cuda._torch_impl import _eval_sh_bases_fast
-
     generator = torch.Generator().manual_seed(0)
     dirs = torch.nn.functional.normalize(torch.randn(samples, 3, generator=generator, dtype=torch.float64), dim=1)
-    basis = _eval_sh_bases_fast((degree + 1) ** 2, dirs)
-    basis_rotated = _eval_sh_bases_fast((degree + 1) ** 2, dirs @ R.double())  # rows are R^T d
+    basis = eval_sh_bases((degree + 1) ** 2, dirs)
+    basis_rotated = eval_sh_bases((degree + 1) ** 2, dirs @ R.double())  # rows are R^T d
     matrices = []
     for band in range(1, degree + 1):
         band_slice = slice(band * band, (band + 1) ** 2)

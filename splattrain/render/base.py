@@ -1,12 +1,20 @@
-"""The renderer interface every backend implements."""
+"""The renderer interface every backend implements, and what it returns."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from torch import Tensor
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..cameras import Camera
+    from ..model.gaussians import GaussianModel
+
+RASTERIZE_MODES = ("classic", "antialiased")
 
 
 @dataclass
@@ -17,11 +25,63 @@ class RenderResult:
         rgb: [C, H, W, 3] colours composited over the background.
         alpha: [C, H, W, 1] accumulated opacity.
         depth: [C, H, W, 1] expected depth (accumulated depth / alpha), or None.
-        info: intermediate results shaped like gsplat's ``meta`` dict (radii, means2d,
-            depths, conics, width, height, n_cameras, ...), which densification reads.
+        info: intermediate results shaped like gsplat's ``meta`` dict, which densification
+            reads: ``means2d`` [C, N, 2] (its gradient after backward), ``radii`` [C, N, 2]
+            (0 for Gaussians that touch no pixel), ``width``, ``height``, ``n_cameras``.
     """
 
     rgb: Tensor
     alpha: Tensor
     depth: Optional[Tensor] = None
     info: Dict[str, Any] = field(default_factory=dict)
+
+
+class Renderer(ABC):
+    """Renders a GaussianModel from a batch of same-sized cameras (register subclasses with
+    ``@RENDERERS.register("name")``; the ``renderer`` config section's keys are the
+    constructor's options).
+
+    Subclasses implement :meth:`render`. Every backend returns the same :class:`RenderResult`
+    with a gsplat-shaped ``info``, so every densification strategy works with every backend.
+    Backends with ``supports_absgrad`` fill ``info["means2d"].absgrad`` when ``absgrad`` is set
+    (the trainer sets it when the strategy asks for absolute gradients).
+
+    Args:
+        rasterize_mode: ``classic``, or ``antialiased`` (Mip-Splatting's 2D filter with opacity
+            compensation).
+        tile_size: side of the screen tiles Gaussians are binned into, in pixels.
+        near_plane, far_plane: Gaussians outside this depth range are culled.
+        eps2d: added to the 2D covariance's diagonal (the low-pass filter).
+    """
+
+    supports_absgrad = False
+
+    def __init__(
+        self,
+        rasterize_mode: str = "classic",
+        tile_size: int = 16,
+        near_plane: float = 0.01,
+        far_plane: float = 1e10,
+        eps2d: float = 0.3,
+    ) -> None:
+        if rasterize_mode not in RASTERIZE_MODES:
+            raise ConfigError(f"renderer.rasterize_mode is {rasterize_mode!r}; expected one of {', '.join(RASTERIZE_MODES)}")
+        if tile_size < 1:
+            raise ConfigError(f"renderer.tile_size must be > 0, got {tile_size}")
+        if not 0.0 < near_plane < far_plane:
+            raise ConfigError(f"renderer needs 0 < near_plane < far_plane, got {near_plane} and {far_plane}")
+        if not eps2d >= 0.0:
+            raise ConfigError(f"renderer.eps2d must be >= 0, got {eps2d}")
+        self.rasterize_mode = rasterize_mode
+        self.tile_size = tile_size
+        self.near_plane = near_plane
+        self.far_plane = far_plane
+        self.eps2d = eps2d
+        self.absgrad = False
+
+    @abstractmethod
+    def render(
+        self, model: "GaussianModel", cameras: List["Camera"], sh_degree: int, background: Tensor, depth: bool = True
+    ) -> RenderResult:
+        """Render ``model`` from ``cameras`` using SH up to ``sh_degree`` over ``background`` [3];
+        ``depth`` False leaves ``RenderResult.depth`` None and skips its work (training steps)."""

@@ -11,9 +11,8 @@ from ..cameras import Camera, stack_cameras
 from ..errors import ConfigError
 from ..model.gaussians import GaussianModel
 from ..registry import RENDERERS
-from .base import RenderResult
+from .base import Renderer, RenderResult
 from .cpu import BuildError, composite, load_library, project, sh_colors
-from .splat_renderers import Renderer
 
 Message = Optional[Callable[[str], None]]
 

@@ -12,6 +12,7 @@ from typing import Any, Optional, Tuple
 import torch
 from torch import Tensor
 
+from ...losses.ssim import register_ssim_kernel
 from .build import Library, loaded_library
 
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
@@ -74,3 +75,6 @@ def compiled_ssim(pred: Tensor, target: Tensor) -> Tensor:
     if library is None:
         raise RuntimeError("the compiled CPU library is not loaded")
     return _SSIM.apply(pred, target, library)
+
+
+register_ssim_kernel(compiled_ssim_applies, compiled_ssim)

@@ -1,7 +1,7 @@
 """MCMC densification ops ("3D Gaussian Splatting as Markov Chain Monte Carlo", Kheradmand et al. 2024).
 
-PyTorch versions of gsplat's ``relocate`` / ``sample_add`` / ``inject_noise_to_position``
-that run on any device: gsplat computes the relocation (Eq. 9) in a CUDA kernel only. Each
+Relocation (Eq. 9), sampling new Gaussians and position noise in PyTorch, on any device
+(gsplat computes the relocation in a CUDA kernel only). Each
 op that changes the Gaussians' rows returns ``sources``: for every row after the op, the row
 it continues, or -1 for a Gaussian the op created or re-initialised.
 """
@@ -13,9 +13,9 @@ from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
-from gsplat.strategy.ops import _multinomial_sample, _update_param_with_optimizer
-from gsplat.utils import normalized_quat_to_rotmat
 from torch import Tensor
+
+from .ops import multinomial_sample, quat_to_rotmat, update_params_and_optimizers
 
 #: Largest number of copies a Gaussian is split into in one relocation (gsplat's table size).
 N_MAX = 51
@@ -87,7 +87,7 @@ def _respawn(
         v[targets] = 0
         return v
 
-    _update_param_with_optimizer(param_fn, optimizer_fn, params, optimizers)
+    update_params_and_optimizers(param_fn, optimizer_fn, params, optimizers)
 
 
 @torch.no_grad()
@@ -105,7 +105,7 @@ def relocate(
     if len(dead_rows) == 0 or len(alive_rows) == 0:
         return sources
     weights = torch.sigmoid(params["opacities"]).flatten()[alive_rows]
-    sampled = alive_rows[_multinomial_sample(weights, len(dead_rows), replacement=True)]
+    sampled = alive_rows[multinomial_sample(weights, len(dead_rows))]
     _respawn(params, optimizers, sampled, binoms, min_opacity, targets=dead_rows)
     sources[sampled] = -1
     sources[dead_rows] = -1
@@ -120,7 +120,7 @@ def sample_add(
     """Append ``n`` Gaussians copied from ones drawn by opacity; returns ``sources`` (new and drawn: -1)."""
     count = len(params["means"])
     weights = torch.sigmoid(params["opacities"]).flatten()
-    sampled = _multinomial_sample(weights, n, replacement=True)
+    sampled = multinomial_sample(weights, n)
     _respawn(params, optimizers, sampled, binoms, min_opacity, targets=None)
     sources = torch.arange(count, device=sampled.device)
     sources[sampled] = -1
@@ -134,7 +134,7 @@ def inject_noise(params: Dict[str, Tensor], scale: float) -> None:
     ``noise = Sigma * eps * sigmoid(100 * (1 - opacity - 0.995)) * scale`` with eps ~ N(0, I).
     """
     opacities = torch.sigmoid(params["opacities"].flatten())
-    rotations = normalized_quat_to_rotmat(F.normalize(params["quats"], dim=-1))
+    rotations = quat_to_rotmat(F.normalize(params["quats"], dim=-1))
     factor = rotations * torch.exp(params["scales"])[:, None, :]  # R S
     covariances = factor @ factor.transpose(1, 2)
     gate = torch.sigmoid(100.0 * ((1.0 - opacities) - 0.995))

@@ -1,8 +1,8 @@
-"""Training losses."""
+"""SSIM as the loss and the metrics compute it (pytorch_msssim's definition)."""
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Callable, List, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -12,14 +12,24 @@ from torch import Tensor
 _SSIM_WINDOW, _SSIM_SIGMA, _SSIM_K = 11, 1.5, (0.01, 0.03)
 
 
+#: Faster SSIM implementations: ``(applies(pred, target) -> bool, ssim(pred, target) -> Tensor)``,
+#: tried in order before pytorch_msssim. The compiled CPU library adds itself when it is imported.
+SSIM_KERNELS: List[Tuple[Callable[[Tensor, Tensor], bool], Callable[[Tensor, Tensor], Tensor]]] = []
+
+
+def register_ssim_kernel(applies: Callable[[Tensor, Tensor], bool], kernel: Callable[[Tensor, Tensor], Tensor]) -> None:
+    """Let :func:`ssim_nhwc` use ``kernel`` for images where ``applies`` is true (same definition)."""
+    if (applies, kernel) not in SSIM_KERNELS:
+        SSIM_KERNELS.append((applies, kernel))
+
+
 def ssim_nhwc(pred: Tensor, target: Tensor) -> Tensor:
     """Mean SSIM of [C,H,W,3] images in [0,1] (11x11 Gaussian window, sigma 1.5), as
-    pytorch_msssim computes it. On the CPU, once this process has loaded the compiled CPU
-    library (the ``cpu`` renderer does), the same value comes from its fused C++ kernel."""
-    from .render.cpu.ssim import compiled_ssim, compiled_ssim_applies
-
-    if compiled_ssim_applies(pred, target):
-        return compiled_ssim(pred, target)
+    pytorch_msssim computes it, or a registered kernel with the same definition (on the CPU,
+    the compiled library's fused kernel once this process has loaded it)."""
+    for applies, kernel in SSIM_KERNELS:
+        if applies(pred, target):
+            return kernel(pred, target)
     return ssim(pred.permute(0, 3, 1, 2), target.permute(0, 3, 1, 2), data_range=1.0, size_average=True)
 
 
@@ -55,21 +65,3 @@ def masked_ssim(pred: Tensor, target: Tensor, mask: Tensor) -> Tensor:
     centres = mask[:, rh : mask.shape[1] - rh, rw : mask.shape[2] - rw].to(pred.dtype)
     weights = centres.expand(-1, -1, -1, pred.shape[-1])
     return (ssim_map(pred, target) * weights).sum() / weights.sum().clamp_min(1e-8)
-
-
-def photometric_loss(
-    pred: Tensor, target: Tensor, ssim_lambda: float = 0.2, mask: Optional[Tensor] = None
-) -> Dict[str, Tensor]:
-    """(1 - lambda) * L1 + lambda * (1 - SSIM), the 3DGS loss; returns every term and ``loss``.
-
-    With ``mask`` (bool [C,H,W,1]) only pixels where it is True count: both terms are means
-    over those pixels, and the rendering's masked-out pixels get no gradient.
-    """
-    if mask is None:
-        l1 = (pred - target).abs().mean()
-        dssim = 1.0 - ssim_nhwc(pred, target)
-    else:
-        pred = torch.where(mask, pred, target)
-        l1 = (pred - target).abs().sum() / (mask.sum() * pred.shape[-1]).clamp_min(1)
-        dssim = 1.0 - masked_ssim(pred, target, mask)
-    return {"l1": l1, "dssim": dssim, "loss": (1.0 - ssim_lambda) * l1 + ssim_lambda * dssim}

@@ -1,0 +1,83 @@
+"""A trainer's full state as a checkpoint, and restoring it to continue a run exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict
+
+import torch
+from omegaconf import OmegaConf
+
+from .. import __version__
+from ..checkpoint import CheckpointError, config_changes, find_resume_checkpoint, load_checkpoint_file
+from ..optim import build_optimizers, build_schedulers
+from .setup import rng_states, set_rng_states
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .trainer import DefaultTrainer
+
+
+def checkpoint_state(trainer: "DefaultTrainer") -> Dict[str, Any]:
+    """Everything needed to continue ``trainer``'s run (hooks' states keyed by ``state_key``)."""
+    return {
+        "version": __version__,
+        "step": trainer.step,
+        "config": OmegaConf.to_container(trainer.cfg, resolve=True),
+        "sh_degree": trainer.model.sh_degree,
+        "gaussians": trainer.model.state_dict(),
+        "world_transform": trainer.data.world_transform.clone(),
+        "optimizers": {name: opt.state_dict() for name, opt in trainer.optimizers.items()},
+        "strategy_state": trainer.strategy_state,
+        "data": trainer.data.state_dict(),
+        "rng": rng_states(),
+        "train_seconds": trainer.train_seconds,
+        "last_metrics": trainer.last_metrics,
+        "hooks": {h.state_key: state for h in trainer.hooks.hooks if (state := h.state_dict())},
+    }
+
+
+def restore_checkpoint(trainer: "DefaultTrainer", source: str | Path) -> Dict[str, Any]:
+    """Load ``source`` (a path, or ``"latest"`` in the run directory) into ``trainer``.
+
+    Refuses a checkpoint whose scene or model settings differ from the trainer's config,
+    listing the differences; other changes (more steps, hooks, writers) are reported and allowed.
+    """
+    if str(source) == "latest":
+        path, checkpoint = find_resume_checkpoint(trainer.checkpoint_dir, trainer.console.warning)
+    else:
+        path, checkpoint = Path(source), load_checkpoint_file(source)
+    if "optimizers" not in checkpoint:
+        raise CheckpointError(f"'{path}' is a published checkpoint without training state; it cannot be resumed")
+    incompatible, compatible = config_changes(checkpoint["config"], OmegaConf.to_container(trainer.cfg, resolve=True))
+    if incompatible:
+        raise CheckpointError(f"cannot resume from '{path}', the config changes: " + "; ".join(incompatible))
+    if compatible:
+        trainer.console.info("resuming with changed settings: " + "; ".join(compatible))
+    cfg = trainer.cfg
+    trainer.model.load_state_dict(checkpoint["gaussians"])
+    trainer.optimizers = build_optimizers(trainer.model, cfg.optim, trainer.scene_scale)
+    trainer.schedulers = build_schedulers(trainer.optimizers, cfg.optim, trainer.scene_scale, trainer.max_steps)
+    for name, optimizer in trainer.optimizers.items():
+        optimizer.load_state_dict(checkpoint["optimizers"][name])
+    trainer.strategy_state = _to_device(checkpoint["strategy_state"], trainer.device)
+    trainer.data.load_state_dict(checkpoint["data"])
+    set_rng_states(checkpoint["rng"])
+    trainer.step = int(checkpoint["step"])
+    trainer.train_seconds = float(checkpoint.get("train_seconds", 0.0))
+    trainer.last_metrics = dict(checkpoint.get("last_metrics", {}))
+    for scheduler in trainer.schedulers:
+        scheduler.step(trainer.step)
+    states = checkpoint.get("hooks", {})
+    for hook in trainer.hooks.hooks:
+        if hook.state_key in states:
+            hook.load_state_dict(states[hook.state_key])
+    trainer.console.info(f"resumed from {path} at step {trainer.step}")
+    return checkpoint
+
+
+def _to_device(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: _to_device(v, device) for k, v in value.items()}
+    return value

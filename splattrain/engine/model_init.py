@@ -1,0 +1,56 @@
+"""The Gaussians a run starts from: a PLY, the scene's sparse points, or random points."""
+
+from __future__ import annotations
+
+from typing import Callable, List
+
+import torch
+
+from ..cameras import Camera
+from ..data.pipeline import focus_point
+from ..data.types import SceneData
+from ..errors import ConfigError
+from ..io.ply import read_ply_gaussians
+from ..model.gaussians import GaussianModel
+
+
+def build_model(cfg, scene: SceneData, train_cameras: List[Camera], info: Callable[[str], None]) -> GaussianModel:
+    """The initial model for ``cfg.model`` (``init.ply``, ``init.type`` points or random)."""
+    init = cfg.model.init
+    generator = torch.Generator().manual_seed(cfg.seed)
+    if init.ply is not None:
+        return _model_from_ply(init, cfg.model.sh_degree, info)
+    use_points = init.type == "points" or (init.type == "auto" and scene.points is not None)
+    if use_points:
+        if scene.points is None:
+            raise ConfigError(f"model.init.type is 'points' but {cfg.data.path} has no sparse points")
+        return GaussianModel.from_points(
+            torch.from_numpy(scene.points),
+            torch.from_numpy(scene.point_colors).float() / 255.0,
+            cfg.model.sh_degree,
+            opacity=init.opacity,
+            scale_factor=init.scale_factor,
+            generator=generator,
+        )
+    return GaussianModel.random(
+        init.num_points,
+        focus_point(train_cameras),
+        init.extent,
+        cfg.model.sh_degree,
+        opacity=init.opacity,
+        scale_factor=init.scale_factor,
+        generator=generator,
+    )
+
+
+def _model_from_ply(init, wanted: int, info: Callable[[str], None]) -> GaussianModel:
+    if init.type != "auto":
+        raise ConfigError(f"model.init.ply is set, so model.init.type must be 'auto', not {init.type!r}")
+    params, degree = read_ply_gaussians(init.ply)
+    if degree > wanted:
+        raise ConfigError(f"model.init.ply '{init.ply}' has SH degree {degree}; set model.sh_degree={degree}")
+    n = params["means"].shape[0]
+    pad = torch.zeros(n, (wanted + 1) ** 2 - (degree + 1) ** 2, 3)
+    params["shN"] = torch.cat([params["shN"], pad], dim=1)
+    info(f"initialised {n} Gaussians from {init.ply}")
+    return GaussianModel(params, wanted)

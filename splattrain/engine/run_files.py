@@ -1,0 +1,100 @@
+"""What a run writes besides checkpoints: the run directory, writers, the header, results.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, Optional
+
+import torch
+from omegaconf import OmegaConf
+
+from .. import __version__
+from ..config import config_to_yaml
+from ..errors import UserError
+from ..io.atomic import atomic_write_text
+from ..registry import WRITERS
+from ..writers import Writer, WriterGroup
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .trainer import DefaultTrainer
+
+
+def open_run_dir(trainer: "DefaultTrainer") -> WriterGroup:
+    """Create the run directory, start log.txt, write config.yaml, and start the writers."""
+    trainer.run_dir.mkdir(parents=True, exist_ok=True)
+    trainer.console.open_log(trainer.run_dir / "log.txt")
+    text = config_to_yaml(trainer.cfg)
+    atomic_write_text(trainer.run_dir / "config.yaml", text)
+    specs = [dict(spec) for spec in trainer.cfg.writers]
+    writers = [w for w in (_build_writer(trainer, spec) for spec in specs) if w is not None]
+    group = WriterGroup(writers, warn=trainer.console.warning)
+    group.write_config(OmegaConf.to_container(trainer.cfg, resolve=True), text)
+    return group
+
+
+def _build_writer(trainer: "DefaultTrainer", spec: Dict[str, Any]) -> Optional[Writer]:
+    """A writer from its spec; one that fails for a reason other than the config is skipped with a warning."""
+    try:
+        return WRITERS.build(spec, run_dir=trainer.run_dir)
+    except UserError:
+        raise
+    except Exception as err:
+        trainer.console.warning(f"writer {spec.get('type')!r} could not start ({type(err).__name__}: {err}); "
+                                "training goes on without it")
+        return None
+
+
+def print_header(trainer: "DefaultTrainer") -> None:
+    """Scene, device, renderer, strategy, loss, Gaussians and steps; the hook table with --verbose."""
+    console, data, cfg = trainer.console, trainer.data, trainer.cfg
+    camera = data.train_cameras[0]
+    device = str(trainer.device)
+    if trainer.device.type == "cuda":
+        device += f" ({torch.cuda.get_device_name(trainer.device)})"
+    console.info(
+        f"[bold]splattrain {__version__}[/bold]  scene [bold]{cfg.name}[/bold]  "
+        f"{trainer.data_type} {cfg.data.path}: {len(data.train_frames)} train / "
+        f"{len(data.test_frames)} test views, {camera.width}x{camera.height}"
+    )
+    for note in data.scene.extra.get("notes", []):
+        console.info(note)
+    console.info(
+        f"device {device}  renderer {type(trainer.renderer).__name__} ({trainer.renderer.rasterize_mode})  "
+        f"gaussians {trainer.model.num_gaussians:,}  steps {trainer.max_steps:,}  run dir {trainer.run_dir}"
+    )
+    terms = " + ".join(f"{term.weight:g} {name}" for name, term in trainer.loss.terms)
+    console.info(f"strategy {type(trainer.strategy).__name__}  loss {terms}")
+    rows = [[p, ", ".join(n)] for p, n in trainer.hooks.table()]
+    console.table("hooks", ["point", "hooks (priority)"], rows, terminal=console.verbose)
+
+
+def print_hook_timing(trainer: "DefaultTrainer") -> None:
+    """The time spent in each hook at each point, as a table (when hook timing is on)."""
+    hooks = trainer.hooks
+    if not hooks.timing or not hooks.seconds:
+        return
+    rows = hooks.timing_rows(trainer.train_seconds)
+    total = sum(hooks.seconds.values())
+    share = 100.0 * total / trainer.train_seconds if trainer.train_seconds > 0 else 0.0
+    trainer.console.table(
+        f"time in hooks: {total:.3f} s, {share:.2f}% of {trainer.train_seconds:.1f} s of training",
+        ["hook", "point", "calls", "total s", "ms/call", "% of training"],
+        rows,
+    )
+
+
+def write_results(trainer: "DefaultTrainer", path: Path) -> Dict[str, Any]:
+    """results.json: the last validation's metrics, Gaussians, steps, training time, per-view scores."""
+    metrics = trainer.last_metrics
+    results = {
+        "psnr": metrics.get("psnr"),
+        "ssim": metrics.get("ssim"),
+        "lpips": metrics.get("lpips"),
+        "num_gaussians": trainer.model.num_gaussians,
+        "steps": trainer.step,
+        "train_seconds": round(trainer.train_seconds, 3),
+        "per_view": trainer.val_per_view,
+    }
+    atomic_write_text(path, json.dumps(results, indent=2) + "\n")
+    return results

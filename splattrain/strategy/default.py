@@ -1,0 +1,154 @@
+"""The 3DGS densification strategy: clone small and split large Gaussians with high image-plane
+gradients, prune transparent or huge ones, reset opacities periodically."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Tuple
+
+import torch
+from torch import Tensor
+
+from ..registry import STRATEGIES
+from . import ops
+from .protocol import Info, Strategy
+
+
+@STRATEGIES.register("default", aliases=("DefaultStrategy",))
+@dataclass
+class DefaultStrategy(Strategy):
+    """3DGS densification (clone / split / prune / opacity reset), as in gsplat's DefaultStrategy.
+
+    Every ``refine_every`` steps after ``refine_start_iter`` and before ``refine_stop_iter``:
+    Gaussians whose mean image-plane gradient exceeds ``grow_grad2d`` are cloned (largest scale at
+    most ``grow_scale3d`` x the scene scale) or split in two (larger ones); Gaussians with
+    opacity below ``prune_opa`` are removed, and after the first reset also those larger than
+    ``prune_scale3d`` x the scene scale. Every ``reset_every`` steps while refining, opacities
+    are clamped to 2 x ``prune_opa`` (the 3DGS paper's reset). With ``max_gaussians`` > 0 growth
+    stops at the cap: the candidates with the largest gradients go first. ``absgrad`` uses
+    absolute gradients (AbsGS; raise ``grow_grad2d`` to about 0.0008).
+    """
+
+    prune_opa: float = 0.005
+    grow_grad2d: float = 0.0002
+    grow_scale3d: float = 0.01
+    grow_scale2d: float = 0.05
+    prune_scale3d: float = 0.1
+    prune_scale2d: float = 0.15
+    refine_scale2d_stop_iter: int = 0
+    refine_start_iter: int = 500
+    refine_stop_iter: int = 15_000
+    reset_every: int = 3000
+    refine_every: int = 100
+    pause_refine_after_reset: int = 0
+    absgrad: bool = False
+    revised_opacity: bool = False
+    max_gaussians: int = 0
+
+    supports_cap = True
+
+    def initialize_state(self, scene_scale: float = 1.0) -> Dict[str, Any]:
+        """Running sums of image-plane gradient norms and visibility counts (allocated at first use)."""
+        state: Dict[str, Any] = {"grad2d": None, "count": None, "scene_scale": scene_scale}
+        if self.refine_scale2d_stop_iter > 0:
+            state["radii"] = None
+        return state
+
+    def step_pre_backward(self, params, optimizers, state: Dict[str, Any], step: int, info: Info) -> None:
+        """Keep the gradient of ``info["means2d"]`` (the densification signal)."""
+        info["means2d"].retain_grad()
+
+    def step_post_backward(self, params, optimizers, state: Dict[str, Any], step: int, info: Info) -> None:
+        """Accumulate this batch, then grow, prune and reset when due."""
+        if step >= self.refine_stop_iter:
+            return
+        self.accumulate(params, state, step, info)
+        if step > self.refine_start_iter and step % self.refine_every == 0 \
+                and step % self.reset_every >= self.pause_refine_after_reset:
+            self.grow(params, optimizers, state, step)
+            self.prune(params, optimizers, state, step)
+            state["grad2d"].zero_()
+            state["count"].zero_()
+            if self.refine_scale2d_stop_iter > 0:
+                state["radii"].zero_()
+        if step > 0 and step % self.reset_every == 0:
+            ops.reset_opacity(params, optimizers, value=self.prune_opa * 2.0)
+
+    @torch.no_grad()
+    def accumulate(self, params, state: Dict[str, Any], step: int, info: Info) -> None:
+        """Add the batch's image-plane gradient norms (in [-1, 1] screen units, times the step's
+        view count) and visibility to the running sums."""
+        if step >= self.refine_stop_iter:
+            return
+        means2d = info["means2d"]
+        grads = (means2d.absgrad if self.absgrad else means2d.grad).clone()
+        grads[..., 0] *= info["width"] / 2.0 * info["n_cameras"]
+        grads[..., 1] *= info["height"] / 2.0 * info["n_cameras"]
+        count = len(params["means"])
+        if state["grad2d"] is None:
+            state["grad2d"] = torch.zeros(count, device=grads.device)
+        if state["count"] is None:
+            state["count"] = torch.zeros(count, device=grads.device)
+        if self.refine_scale2d_stop_iter > 0 and state["radii"] is None:
+            state["radii"] = torch.zeros(count, device=grads.device)
+        if info.get("gaussian_ids") is not None:  # packed: one row per visible (camera, Gaussian)
+            ids, radii = info["gaussian_ids"], info["radii"].max(dim=-1).values
+        else:
+            visible = (info["radii"] > 0.0).all(dim=-1)  # [C, N]
+            ids, grads = torch.where(visible)[1], grads[visible]
+            radii = info["radii"][visible].max(dim=-1).values
+        state["grad2d"].index_add_(0, ids, grads.norm(dim=-1))
+        state["count"].index_add_(0, ids, torch.ones_like(ids, dtype=torch.float32))
+        if self.refine_scale2d_stop_iter > 0:
+            radii = radii / float(max(info["width"], info["height"]))
+            state["radii"][ids] = torch.maximum(state["radii"][ids], radii)
+
+    @torch.no_grad()
+    def grow(self, params, optimizers, state: Dict[str, Any], step: int) -> Tuple[int, int]:
+        """Clone and split the candidates (within the cap); returns (cloned, split)."""
+        grads = state["grad2d"] / state["count"].clamp_min(1)
+        is_grad_high = grads > self.grow_grad2d
+        is_small = torch.exp(params["scales"]).max(dim=-1).values <= self.grow_scale3d * state["scene_scale"]
+        is_dupli = is_grad_high & is_small
+        is_split = is_grad_high & ~is_small
+        if step < self.refine_scale2d_stop_iter:
+            is_split |= state["radii"] > self.grow_scale2d
+        is_dupli, is_split = self._within_cap(is_dupli, is_split, grads)
+        count = len(grads)
+        n_dupli, n_split = int(is_dupli.sum()), int(is_split.sum())
+        rows = torch.arange(count, device=grads.device)
+        if n_dupli > 0:
+            ops.duplicate(params, optimizers, state, is_dupli)
+            self.reindexed(torch.cat([rows, rows.new_full((n_dupli,), -1)]), params)
+        is_split = torch.cat([is_split, is_split.new_zeros(n_dupli)])  # clones are not split
+        if n_split > 0:
+            ops.split(params, optimizers, state, is_split, revised_opacity=self.revised_opacity)
+            kept = (~is_split).nonzero(as_tuple=True)[0]
+            self.reindexed(torch.cat([kept, kept.new_full((2 * n_split,), -1)]), params)
+        return n_dupli, n_split
+
+    def _within_cap(self, is_dupli: Tensor, is_split: Tensor, grads: Tensor) -> Tuple[Tensor, Tensor]:
+        """Keep the candidates with the largest gradients that fit under ``max_gaussians``."""
+        if self.max_gaussians <= 0:
+            return is_dupli, is_split
+        candidates = is_dupli | is_split
+        budget = max(self.max_gaussians - len(grads), 0)  # clone and split both add one Gaussian
+        if int(candidates.sum()) <= budget:
+            return is_dupli, is_split
+        ranked = torch.where(candidates, grads, torch.full_like(grads, -torch.inf))
+        keep = torch.zeros_like(candidates)
+        keep[torch.argsort(ranked, descending=True, stable=True)[:budget]] = True
+        return is_dupli & keep, is_split & keep
+
+    @torch.no_grad()
+    def prune(self, params, optimizers, state: Dict[str, Any], step: int) -> int:
+        """Remove transparent Gaussians (and, after the first reset, huge ones); returns the count."""
+        is_prune = torch.sigmoid(params["opacities"].flatten()) < self.prune_opa
+        if step > self.reset_every:
+            is_prune |= torch.exp(params["scales"]).max(dim=-1).values > self.prune_scale3d * state["scene_scale"]
+            if step < self.refine_scale2d_stop_iter:
+                is_prune |= state["radii"] > self.prune_scale2d
+        n_prune = int(is_prune.sum())
+        if n_prune > 0:
+            self.remove_gaussians(params, optimizers, state, is_prune)
+        return n_prune

@@ -1,0 +1,110 @@
+"""The densification strategy protocol: what the trainer calls, when, and what it may rely on."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Mapping
+
+import torch
+from torch import Tensor
+
+from ..errors import ConfigError
+from . import ops
+
+#: Called with ``sources`` (LongTensor [N_new]: the row each Gaussian continues, -1 for one that was
+#: created or re-initialised and starts from its current values) and the parameters after the change.
+ReindexListener = Callable[[Tensor, Mapping[str, Tensor]], None]
+
+Info = Dict[str, Any]
+
+
+class Strategy:
+    """Base class of densification strategies (register subclasses with ``@STRATEGIES.register()``).
+
+    A strategy is a dataclass whose fields are its config options (``strategy: {type: name,
+    **options}``, each option checked against the fields). Per training step the trainer calls,
+    in this order:
+
+    1. :meth:`step_pre_backward` once per rendered batch, after rendering and before
+       ``loss.backward()`` (e.g. to keep ``info["means2d"]``'s gradient);
+    2. :meth:`post_backward` once, after every batch's backward and before the optimizer step,
+       with the ``info`` of each rendered batch (gsplat's layout: ``means2d`` with its ``.grad``,
+       ``radii`` [C, N, 2], ``width``, ``height``, ``n_cameras``: the step's total view count).
+       It may add, remove or move Gaussians: it must do so through :mod:`splattrain.strategy.ops`
+       (or :func:`ops.update_params_and_optimizers`) so parameters and optimizer state stay
+       aligned, and report every row change with :meth:`reindexed`.
+
+    ``state`` is the dict :meth:`initialize_state` returned; the trainer keeps it, hands it to
+    every call and saves it in checkpoints (keep it to tensors, numbers, strings, lists and dicts).
+    Tensors in it with one row per Gaussian are listed by :meth:`per_gaussian` and follow every op.
+
+    Caps: a strategy that can bound the number of Gaussians sets ``supports_cap = True`` and has
+    a ``max_gaussians`` field (0: no cap) that it honours when growing; hooks (MemoryBudgetHook)
+    may lower it during a run.
+    """
+
+    supports_cap: bool = False
+
+    # -- what the trainer calls ------------------------------------------------------------
+    def check_sanity(self, params: Mapping[str, Tensor], optimizers: Mapping[str, torch.optim.Optimizer]) -> None:
+        """Called once when the trainer is built: refuse parameters or optimizers it cannot work with."""
+        missing = [key for key in ("means", "scales", "quats", "opacities") if key not in params]
+        if missing:
+            raise ConfigError(f"strategy {type(self).__name__} needs the parameters {', '.join(missing)}")
+        for name, optimizer in optimizers.items():
+            if len(optimizer.param_groups) != 1 or len(optimizer.param_groups[0]["params"]) != 1:
+                raise ConfigError(f"strategy {type(self).__name__}: optimizer '{name}' must hold exactly one parameter")
+
+    def initialize_state(self, scene_scale: float = 1.0) -> Dict[str, Any]:
+        """The running state of a new run (``scene_scale``: the cameras' extent in world units)."""
+        return {"scene_scale": scene_scale}
+
+    def step_pre_backward(self, params, optimizers, state: Dict[str, Any], step: int, info: Info) -> None:
+        """Before ``loss.backward()`` of each rendered batch."""
+
+    def accumulate(self, params, state: Dict[str, Any], step: int, info: Info) -> None:
+        """Add one rendered batch's statistics to ``state`` (called by :meth:`post_backward`)."""
+
+    def step_post_backward(self, params, optimizers, state: Dict[str, Any], step: int, info: Info) -> None:
+        """After backward, with the last rendered batch's ``info``: refine when due."""
+
+    def post_backward(self, params, optimizers, state: Dict[str, Any], step: int, infos: List[Info]) -> None:
+        """Once per step with every rendered batch's ``info``: :meth:`accumulate` all but the last,
+        then :meth:`step_post_backward` with the last (which accumulates it and refines)."""
+        for info in infos[:-1]:
+            self.accumulate(params, state, step, info)
+        self.step_post_backward(params, optimizers, state, step, infos[-1])
+
+    def default_loss_terms(self) -> List[Dict[str, Any]]:
+        """Loss terms this strategy needs beyond the photometric ones, used when the config does
+        not list ``loss.terms`` itself (e.g. MCMC's opacity and scale regularisers)."""
+        return []
+
+    def per_gaussian(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        """The part of ``state`` holding one row per Gaussian (every tensor, by default)."""
+        return state
+
+    # -- row changes ------------------------------------------------------------------------
+    @property
+    def _reindex_listeners(self) -> List[ReindexListener]:
+        listeners = self.__dict__.get("_listeners")
+        if listeners is None:
+            listeners = self.__dict__["_listeners"] = []
+        return listeners
+
+    def add_reindex_listener(self, listener: ReindexListener) -> None:
+        """Call ``listener(sources, params)`` after every op that moves, adds or removes Gaussians."""
+        if listener not in self._reindex_listeners:
+            self._reindex_listeners.append(listener)
+
+    def reindexed(self, sources: Tensor, params: Mapping[str, Tensor]) -> None:
+        """Tell the listeners how rows moved: ``sources[i]`` is the old row of new row ``i`` (-1: new)."""
+        for listener in self._reindex_listeners:
+            listener(sources, params)
+
+    def remove_gaussians(self, params, optimizers, state: Dict[str, Any], mask: Tensor) -> None:
+        """Remove the Gaussians where ``mask`` is True, with their optimizer and strategy state,
+        and tell the listeners: the way for hooks to drop Gaussians outside densification."""
+        per_gaussian = self.per_gaussian(state)
+        ops.remove(params, optimizers, per_gaussian, mask)
+        state.update(per_gaussian)
+        self.reindexed((~mask).nonzero(as_tuple=True)[0], params)
