@@ -43,6 +43,7 @@ class DataConfig:
     test_every: int = 8  # colmap/nerfstudio: every N-th image (by name) is a test view; 0: none
     test_images: List[str] = field(default_factory=list)  # colmap/nerfstudio: explicit test image names
     masks: str = "auto"  # auto (masks/ or mask_path when present) | none | a folder of masks
+    depths: str = "auto"  # auto (depths/<view>.npy when present) | none | a folder of <view>.npy depth maps
     normalize: Optional[bool] = None  # centre and scale the cameras; null: on for colmap/nerfstudio
     num_workers: int = 0  # image decoding threads; 0: one per CPU core (at most 8)
     prefetch: bool = True  # prepare the next training batch while the current step runs

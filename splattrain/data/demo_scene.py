@@ -323,3 +323,18 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def depth_map(viewmat: np.ndarray, K: np.ndarray, width: int, height: int) -> np.ndarray:
+    """The true depth (along the camera's z axis) of the scene at each pixel centre, float32
+    [H, W], 0 where the ray misses; OpenCV camera: world-to-camera ``viewmat`` [4,4], ``K`` [3,3]."""
+    viewmat, K = np.asarray(viewmat, dtype=np.float64), np.asarray(K, dtype=np.float64)
+    u, v = np.meshgrid(np.arange(width) + 0.5, np.arange(height) + 0.5)
+    cam_dirs = np.stack([(u - K[0, 2]) / K[0, 0], (v - K[1, 2]) / K[1, 1], np.ones_like(u)], axis=-1).reshape(-1, 3)
+    rotation_c2w = viewmat[:3, :3].T
+    origin = -rotation_c2w @ viewmat[:3, 3]
+    norms = np.linalg.norm(cam_dirs, axis=1)
+    dirs = (cam_dirs / norms[:, None]) @ rotation_c2w.T
+    t = np.stack([prim.intersect(origin, dirs) for prim in SCENE]).min(axis=0)
+    depth = np.where(np.isfinite(t), t / norms, 0.0)
+    return depth.reshape(height, width).astype(np.float32)

@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..config.schema import DataConfig
 from ..errors import ConfigError, DataError
 from ..registry import DATASETS
+from .depths import attach_depths, depth_folder
 from .reader import DatasetReader
 from .types import SceneData
 
@@ -119,6 +120,11 @@ def load_scene(cfg: DataConfig | DictConfig) -> tuple[str, SceneData]:
         scene.extra["notes"].append(
             f"data.normalize: cameras centred and scaled by {scale:.4g} (world_transform recorded for export)"
         )
+    depths = depth_folder(Path(data.path), data.depths)
+    if depths is not None and scene.train:
+        scale = float(np.linalg.norm(scene.extra["world_transform"][:3, 0]))
+        count = attach_depths(scene, depths, scale)
+        scene.extra["notes"].append(f"depth maps for {count} views from {depths}")
     if not scene.test:
         scene.extra["notes"].append("no test views: validation metrics will be null")
     return kind, scene

@@ -71,7 +71,8 @@ class DataPipeline:
     state saved in checkpoints resumes the exact sequence.
 
     Batches: ``image`` float [C,H,W,3] (RGBA composited over ``background``), ``alpha``
-    [C,H,W,1] for RGBA data, ``mask`` bool [C,H,W,1] when the views have masks,
+    [C,H,W,1] for RGBA data, ``mask`` bool [C,H,W,1] when the views have masks, ``depth`` float
+    [C,H,W,1] when they have depth maps (0: unknown),
     ``background`` [3] (the colour used), ``camera`` (list), ``image_id`` [C]. A training batch
     holds ``views`` views (C), drawn in turn from the epoch order, over one background.
     ``world_transform`` (float64 [4,4]) maps the dataset's world frame to the cameras' frame.
@@ -101,6 +102,11 @@ class DataPipeline:
         self._prefetcher: Optional[Prefetcher[Dict[str, Any]]] = Prefetcher() if prefetch else None
         self._saved = self._view_state()
         self._convert_in_worker = device.type == "cpu"
+
+    @property
+    def has_depths(self) -> bool:
+        """Whether any training view has a depth map (the ``depth`` loss term needs one)."""
+        return any(f.depth is not None for f in self.train_frames)
 
     @property
     def train_cameras(self) -> List[Camera]:
@@ -134,6 +140,10 @@ class DataPipeline:
         if any(m is not None for m in masks):
             full = np.ones(image.shape[1:3], dtype=bool)
             batch["mask"] = torch.from_numpy(np.stack([full if m is None else m for m in masks]))[..., None]
+        depths = [frames[i].depth for i in indices]
+        if any(d is not None for d in depths):
+            unknown = np.zeros(image.shape[1:3], dtype=np.float32)
+            batch["depth"] = torch.from_numpy(np.stack([unknown if d is None else d for d in depths]))[..., None]
         return self._convert_on_host(batch) if self._convert_in_worker else batch
 
     def _convert_on_host(self, batch: Dict[str, Any]) -> Dict[str, Any]:
@@ -156,8 +166,9 @@ class DataPipeline:
         }
         if alpha is not None:
             out["alpha"] = alpha
-        if "mask" in batch:
-            out["mask"] = batch["mask"].to(self.device, non_blocking=True)
+        for key in ("mask", "depth"):
+            if key in batch:
+                out[key] = batch[key].to(self.device, non_blocking=True)
         return out
 
     def next_train(self, step: int) -> Dict[str, Any]:

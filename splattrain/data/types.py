@@ -19,12 +19,15 @@ class Frame:
         camera: the camera that took it (CPU tensors); its size matches ``image``.
         name: a stable name for the view (file stem), used for logs and image files.
         mask: optional bool [H, W]; False marks pixels that count in neither loss nor metrics.
+        depth: optional float32 [H, W] depth along the camera's z axis, in the scene's (normalised)
+            units; 0 where unknown.
     """
 
     image: np.ndarray
     camera: Camera
     name: str
     mask: Optional[np.ndarray] = None
+    depth: Optional[np.ndarray] = None
 
 
 @dataclass
