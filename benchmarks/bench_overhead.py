@@ -19,7 +19,6 @@ from typing import Any, Callable, DefaultDict
 
 import torch
 
-import splattrain.engine.trainer as trainer_module
 from splattrain.config import load_config
 from splattrain.console import Console
 from splattrain.engine.trainer import DefaultTrainer
@@ -60,15 +59,28 @@ class StepClock:
         return step
 
 
+class TimedLoss:
+    """The trainer's loss with its calls timed (the other attributes pass through)."""
+
+    def __init__(self, loss: Any, timed_call: Callable[..., Any]) -> None:
+        self._loss, self._call = loss, timed_call
+
+    def __call__(self, *args: Any) -> Any:
+        return self._call(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loss, name)
+
+
 def instrument(trainer: DefaultTrainer, clock: StepClock) -> None:
     """Time the parts of the trainer's step (patches this process's trainer, loss and backward)."""
     trainer.train_step = clock.wrap_step(trainer.train_step)
     trainer.call_hook = clock.wrap("hooks", trainer.call_hook)
     trainer.data.next_train = clock.wrap("data", trainer.data.next_train)
     trainer.renderer.render = clock.wrap("render", trainer.renderer.render)
-    trainer_module.photometric_loss = clock.wrap("loss", trainer_module.photometric_loss)
+    trainer.loss = TimedLoss(trainer.loss, clock.wrap("loss", trainer.loss.__call__))
     torch.Tensor.backward = clock.wrap("backward", torch.Tensor.backward)
-    for name in ("step_pre_backward", "step_post_backward"):
+    for name in ("step_pre_backward", "post_backward"):
         setattr(trainer.strategy, name, clock.wrap("strategy", getattr(trainer.strategy, name)))
     for optimizer in trainer.optimizers.values():
         optimizer.step = clock.wrap("optimizer", optimizer.step)

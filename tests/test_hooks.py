@@ -102,3 +102,69 @@ def test_build_hook_rejects_non_hooks_and_bad_priority():
         build_hook("x", {"type": "NoSuchHook"})
     with pytest.raises(ConfigError, match="unknown priority"):
         build_hook("x", {"type": "LogHook", "priority": "SOON"})
+
+
+class _Counter(Hook):
+    def __init__(self, start: int = 0) -> None:
+        super().__init__()
+        self.count = start
+
+    def after_train_iter(self, trainer, step, batch, outputs):
+        self.count += 1
+
+    def state_dict(self):
+        return {"count": self.count}
+
+    def load_state_dict(self, state):
+        self.count = state["count"]
+
+
+class _NoSuperInit(Hook):
+    """A hook whose __init__ skips super().__init__() and names its priority as a string."""
+
+    priority = "LOW"
+
+    def __init__(self) -> None:
+        self.seen = True
+
+    def after_train_iter(self, trainer, step, batch, outputs):
+        pass
+
+
+def test_state_keys_are_unique_for_repeated_hooks_registered_in_code():
+    dispatcher = HookDispatcher()
+    first, second, third = _Counter(1), _Counter(2), _Counter(3)
+    for hook in (first, second, third):
+        dispatcher.register(hook)
+    assert [h.state_key for h in dispatcher.hooks] == ["_Counter", "_Counter_2", "_Counter_3"]
+
+
+def test_config_names_and_code_registrations_never_collide():
+    dispatcher = HookDispatcher()
+    named = build_hook("_Counter", {"type": "CheckInvalidLossHook"})
+    dispatcher.register(named)
+    dispatcher.register(_Counter())
+    assert {h.state_key for h in dispatcher.hooks} == {"_Counter", "_Counter_2"}
+
+
+def test_priority_is_normalised_even_without_super_init():
+    dispatcher = HookDispatcher()
+    late, normal = _NoSuperInit(), _Counter()
+    dispatcher.register(late)
+    dispatcher.register(normal)
+    assert late.priority == int(Priority.LOW) == 70
+    assert [type(h) for h in dispatcher.hooks] == [_Counter, _NoSuperInit]
+    assert dispatcher.table() == [("after_train_iter", ["_Counter (NORMAL)", "_NoSuperInit (LOW)"])]
+
+
+def test_two_instances_keep_their_own_checkpoint_state(tmp_path):
+    from resume_check import make_trainer
+
+    trainer = make_trainer(tmp_path, "run", steps=3, hooks=[_Counter(10), _Counter(100)])
+    trainer.train()
+    saved = trainer.checkpoint_state()["hooks"]
+    assert saved["_Counter"] == {"count": 13} and saved["_Counter_2"] == {"count": 103}
+    resumed = make_trainer(tmp_path, "again", steps=3, hooks=[_Counter(), _Counter()])
+    resumed.train(resume=tmp_path / "run" / "ckpt" / "last.pt")
+    counters = [h for h in resumed.hooks.hooks if isinstance(h, _Counter)]
+    assert [c.count for c in counters] == [13, 103]

@@ -179,3 +179,23 @@ def test_resume_restores_the_model_and_limits_growth_again(tmp_path):
     assert (again.cap, again.base, again.per_gaussian) == (hook.cap, hook.base, hook.per_gaussian)
     assert resumed.model.num_gaussians == straight.model.num_gaussians <= hook.cap
     assert 0 < resumed.strategy.max_gaussians <= hook.cap  # the fresh strategy is capped too
+
+
+def test_a_strategy_without_a_cap_is_refused(tmp_path):
+    from dataclasses import dataclass
+
+    from splattrain.errors import ConfigError
+    from splattrain.registry import STRATEGIES
+    from splattrain.strategy import Strategy
+
+    @STRATEGIES.register("no_cap_for_test", force=True)
+    @dataclass
+    class NoCap(Strategy):
+        """Never densifies."""
+
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(tiny_config_text(tmp_path, steps=2, extra="strategy:\n  type: no_cap_for_test\nwriters: []\n"
+                                    "custom_hooks:\n  - {type: MemoryBudgetHook, max_memory: 4.0}\n"))
+    trainer = DefaultTrainer(load_config(cfg), console=Console(quiet=True))
+    with pytest.raises(ConfigError, match="strategy NoCap has none"):
+        trainer.train()

@@ -6,6 +6,7 @@ import time
 from collections import defaultdict
 from typing import Any, Callable, DefaultDict, Dict, List, Tuple
 
+from ..errors import UserError
 from .base import HOOK_POINTS, Hook, Priority, get_priority
 
 
@@ -77,8 +78,8 @@ class HookDispatcher:
     def _call(hook: Hook, method: Callable[..., Any], point: str, trainer: Any, args: tuple) -> None:
         try:
             method(trainer, *args)
-        except (HookError, KeyboardInterrupt, SystemExit):
-            raise
+        except (HookError, UserError, KeyboardInterrupt, SystemExit):
+            raise  # a user error (bad option, refused setting) stays one line at exit 2
         except Exception as err:
             raise HookError(f"{type(hook).__name__}.{point} failed: {type(err).__name__}: {err}") from err
 
