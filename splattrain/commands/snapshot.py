@@ -16,6 +16,7 @@ from ..data.pipeline import DataPipeline
 from ..data.types import SceneData
 from ..engine.setup import resolve_device
 from ..model.gaussians import GaussianModel, degree_for_step
+from ..registry import RENDERERS
 from ..render import Renderer, build_renderer
 
 
@@ -49,8 +50,20 @@ class Snapshot:
         return torch.tensor(list(self.cfg.data.background), dtype=torch.float32, device=self.device)
 
     def renderer(self, log: Optional[Callable[[str], None]] = None, warn: Optional[Callable[[str], None]] = None) -> Renderer:
-        """The run's renderer on this machine (``auto`` may pick another backend than training did)."""
-        return build_renderer(OmegaConf.to_container(self.cfg.renderer), self.device, log=log, warn=warn)
+        """The run's renderer on this machine (``auto`` may pick another backend than training did).
+
+        A renderer the run registered through ``imports:`` is not imported from a checkpoint (a
+        file never runs code when loaded): the built-in ``auto`` renders instead, after one ``warn``.
+        """
+        spec = OmegaConf.to_container(self.cfg.renderer, resolve=True)
+        kind = str(spec.get("type", "auto"))
+        if kind != "auto" and kind not in RENDERERS:
+            if warn is not None:
+                warn(f"renderer {kind!r} of the run is not registered here (checkpoints never import the run's "
+                     "modules); rendering with renderer auto")
+            common = ("rasterize_mode", "tile_size", "near_plane", "far_plane", "eps2d")
+            spec = {"type": "auto", **{k: v for k, v in spec.items() if k in common}}
+        return build_renderer(spec, self.device, log=log, warn=warn)
 
     def scene(self) -> SceneData:
         """The dataset the run trained on, read again from ``data.path``."""
