@@ -68,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
 def _fit(args: argparse.Namespace) -> int:
     from .config import config_to_yaml, load_config
     from .console import Console
+    from .engine import DefaultTrainer  # noqa: F401  (registers the built-in trainer)
     from .registry import TRAINERS
 
     console = Console(quiet=args.quiet, verbose=args.verbose)
@@ -144,6 +145,8 @@ def _list(args: argparse.Namespace) -> int:
     from .config.plugins import register_builtins
 
     register_builtins()
+    import splattrain.engine  # noqa: F401  (registers the built-in trainer)
+
     if args.config:
         from .config import load_config
 

@@ -6,7 +6,7 @@ import pytest
 
 from splattrain.errors import ConfigError
 from splattrain.hooks import HOOK_POINTS, Hook, HookDispatcher, HookError, Priority, get_priority
-from splattrain.engine.setup import build_hook, hook_specs
+from splattrain.hooks.specs import build_hook, hook_specs
 
 
 class Calls(list):

@@ -14,8 +14,8 @@ from .imports import import_user_modules
 
 
 def register_builtins() -> None:
-    """Import the modules that register the built-in renderers, strategies, losses, datasets and trainers."""
-    from .. import engine, losses, render, strategy  # noqa: F401
+    """Import the modules that register the built-in renderers, strategies, losses and datasets."""
+    from .. import losses, render, strategy  # noqa: F401
     from ..data import loading  # noqa: F401
 
 
@@ -35,7 +35,7 @@ def check_plugin_sections(cfg: DictConfig, config_dir: Optional[Path] = None) ->
         check_options(DATASETS.get(cfg.data.type), _plain(cfg.data.options), f"dataset {cfg.data.type!r}", "data.options")
     elif cfg.data.options:
         raise ConfigError("data.options needs an explicit data.type (the options belong to one reader)")
-    from ..engine.setup import hook_specs
+    from ..hooks.specs import hook_specs
 
     for name, spec in hook_specs(_plain(cfg.default_hooks), [_plain(s) for s in cfg.custom_hooks]):
         options = {k: v for k, v in spec.items() if k not in ("type", "priority")}

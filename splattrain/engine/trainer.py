@@ -29,7 +29,8 @@ from ..writers import WriterGroup
 from . import checkpointing, run_files
 from .batching import StepSettings, mean_losses, micro_batches, views_per_step
 from .model_init import build_model
-from .setup import build_hook, hook_specs, resolve_device, seed_everything
+from ..hooks.specs import build_hook, hook_specs
+from .setup import resolve_device, seed_everything
 
 
 @TRAINERS.register("DefaultTrainer")

@@ -1,0 +1,63 @@
+"""The hooks a config asks for: the default hooks with the user's overrides, then custom hooks."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping
+
+from ..errors import ConfigError
+from ..registry import HOOKS
+from .base import Hook, get_priority
+
+#: Hooks every run gets unless ``default_hooks.<name>: null`` disables them.
+DEFAULT_HOOKS: Dict[str, Dict[str, Any]] = {
+    "timer": {"type": "IterTimerHook"},
+    "logger": {"type": "LogHook"},
+    "checkpoint": {"type": "CheckPointHook"},
+    "auto_checkpoint": {"type": "AutoCheckpointHook"},
+}
+
+
+def hook_specs(default_hooks: Mapping[str, Any], custom_hooks: List[Mapping[str, Any]]) -> List[tuple[str, Dict[str, Any]]]:
+    """(name, spec) for every hook to build: defaults with the user's overrides, then custom hooks."""
+    specs: List[tuple[str, Dict[str, Any]]] = []
+    for name, override in default_hooks.items():
+        if name not in DEFAULT_HOOKS and (override is None or "type" not in override):
+            raise ConfigError(
+                f"default_hooks.{name}: not a default hook (known: {', '.join(DEFAULT_HOOKS)}); "
+                "give it a 'type' to add a hook under this name"
+            )
+    for name in list(DEFAULT_HOOKS) + [n for n in default_hooks if n not in DEFAULT_HOOKS]:
+        spec = dict(DEFAULT_HOOKS.get(name, {}))
+        if name in default_hooks:
+            override = default_hooks[name]
+            if override is None:
+                continue
+            override = dict(override)
+            if "type" in override and override["type"] != spec.get("type"):
+                spec = override
+            else:
+                spec.update(override)
+        specs.append((name, spec))
+    seen: Dict[str, int] = {}
+    for spec in custom_hooks:
+        spec = dict(spec)
+        base = str(spec["type"])
+        seen[base] = seen.get(base, 0) + 1
+        specs.append((base if seen[base] == 1 else f"{base}_{seen[base]}", spec))
+    return specs
+
+
+def build_hook(name: str, spec: Dict[str, Any]) -> Hook:
+    """Build one hook from ``{type, priority?, **kwargs}``."""
+    spec = dict(spec)
+    priority = spec.pop("priority", None)
+    hook = HOOKS.build(spec)
+    if not isinstance(hook, Hook):
+        raise ConfigError(f"hook {name!r}: {spec['type']!r} does not derive from splattrain.Hook")
+    if priority is not None:
+        try:
+            hook.priority = get_priority(priority)
+        except ValueError as err:
+            raise ConfigError(f"hook {name!r}: {err}") from None
+    hook.state_key = name
+    return hook
