@@ -81,7 +81,7 @@ class Registry:
             raise ConfigError(f"{self.kind} spec {dict(spec)!r} has no 'type' key")
         kwargs = {k: v for k, v in spec.items() if k != "type"}
         cls = self.get(str(spec["type"]))
-        check_options(cls, kwargs, f"{self.kind} {spec['type']!r}", where, extra)
+        kwargs = check_options(cls, kwargs, f"{self.kind} {spec['type']!r}", where, extra)
         return cls(**kwargs, **extra)
 
     def options(self, name: str) -> Dict[str, inspect.Parameter]:
@@ -136,9 +136,13 @@ def _expected_types(annotation: Any) -> Optional[tuple]:
 
 def check_options(
     cls: Callable[..., Any], options: Mapping[str, Any], what: str, where: str = "", extra: Mapping[str, Any] = {}
-) -> None:
-    """Raise ConfigError when ``options`` do not fit ``cls``'s signature (unknown, missing or
-    mistyped); ``what`` names the plugin, ``where`` the config section, in the message."""
+) -> Dict[str, Any]:
+    """``options`` checked against ``cls``'s signature; returns them with numbers written as text
+    (YAML reads ``1e-3`` as a string) turned into numbers where an int or float is expected.
+
+    Raises ConfigError for an unknown, missing or mistyped option; ``what`` names the plugin,
+    ``where`` the config section, in the message.
+    """
     prefix = f"{where}." if where else ""
     params = _parameters(cls)
     try:
@@ -156,18 +160,32 @@ def check_options(
         hints = typing.get_type_hints(cls.__init__ if inspect.isclass(cls) else cls)
     except Exception:  # unresolvable annotations: leave types to the class
         hints = {}
+    checked = dict(options)
     for key, value in options.items():
         expected = _expected_types(hints.get(key))
-        if expected is None or (isinstance(value, bool) and bool not in expected):
-            if expected is not None:
-                raise ConfigError(f"{what}: option '{prefix}{key}' must be {_type_name(hints[key])}, got {value!r}")
+        if expected is None:
             continue
-        if not isinstance(value, expected):
+        if isinstance(value, str) and str not in expected:
+            value = checked[key] = _number(value, int if float not in expected else float, value)
+        is_bool, wants_bool = isinstance(value, bool), bool in expected
+        if not isinstance(value, expected) or (is_bool and not wants_bool) or (wants_bool and value is not None and not is_bool):
             raise ConfigError(f"{what}: option '{prefix}{key}' must be {_type_name(hints[key])}, got {value!r}")
     try:
-        inspect.signature(cls).bind(**options, **extra)
+        inspect.signature(cls).bind(**checked, **extra)
     except TypeError as err:
         raise ConfigError(f"{what}: {err}") from None
+    return checked
+
+
+def _number(text: str, kind: type, default: Any) -> Any:
+    """``text`` as a ``kind`` (int or float) when it spells one exactly, else ``default``."""
+    try:
+        value = float(text)
+    except ValueError:
+        return default
+    if kind is int:
+        return int(value) if value.is_integer() and "." not in text and "e" not in text.lower() else default
+    return value
 
 
 def _type_name(annotation: Any) -> str:

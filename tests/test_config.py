@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from splattrain.config import load_config
 from splattrain.errors import ConfigError
@@ -98,3 +99,21 @@ def test_override_into_a_list_is_a_config_error(write_config):
     path = write_config(BASE + "custom_hooks:\n  - {type: LogHook}\n")
     with pytest.raises(ConfigError, match="cannot reach into lists"):
         load_config(path, ["custom_hooks.0.interval=5"])
+
+
+def test_plugin_sections_are_checked_at_load_and_numbers_in_text_are_read(write_config):
+    text = BASE + "strategy:\n  grow_grad2d: 2e-4\nrenderer:\n  type: torch\n  near_plane: 1e-2\n"
+    cfg = load_config(write_config(text))
+    from splattrain.render import build_renderer
+    from splattrain.strategy import build_strategy
+
+    assert build_strategy(cfg.strategy).grow_grad2d == pytest.approx(2e-4)
+    assert build_renderer(cfg.renderer, torch.device("cpu")).near_plane == pytest.approx(0.01)
+    with pytest.raises(ConfigError, match=r"cfg\.yaml.*strategy 'default': unknown option 'strategy\.grow_grad'"):
+        load_config(write_config(BASE), ["strategy.grow_grad=0.1"])
+    with pytest.raises(ConfigError, match=r"loss term 'dssim': unknown option 'loss\.terms\[1\]\.wieght'.*weight"):
+        load_config(write_config(BASE + "loss:\n  terms: [{type: l1}, {type: dssim, wieght: 0.2}]\n"))
+    with pytest.raises(ConfigError, match=r"hook 'checkpoint' \(CheckPointHook\): unknown option 'default_hooks\.checkpoint\.intervall'"):
+        load_config(write_config(BASE), ["default_hooks.checkpoint.intervall=3"])
+    with pytest.raises(ConfigError, match=r"loss\.ssim_lambda and loss\.terms are both set"):
+        load_config(write_config(BASE + "loss:\n  ssim_lambda: 0.3\n  terms: [{type: l1}]\n"))

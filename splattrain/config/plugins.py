@@ -35,11 +35,12 @@ def check_plugin_sections(cfg: DictConfig, config_dir: Optional[Path] = None) ->
         check_options(DATASETS.get(cfg.data.type), _plain(cfg.data.options), f"dataset {cfg.data.type!r}", "data.options")
     elif cfg.data.options:
         raise ConfigError("data.options needs an explicit data.type (the options belong to one reader)")
-    from ..hooks.specs import hook_specs
+    from ..hooks.specs import DEFAULT_HOOKS, hook_specs
 
     for name, spec in hook_specs(_plain(cfg.default_hooks), [_plain(s) for s in cfg.custom_hooks]):
         options = {k: v for k, v in spec.items() if k not in ("type", "priority")}
-        check_options(HOOKS.get(str(spec["type"])), options, f"hook {name!r} ({spec['type']})")
+        section = f"default_hooks.{name}" if name in DEFAULT_HOOKS or name in cfg.default_hooks else "custom_hooks"
+        check_options(HOOKS.get(str(spec["type"])), options, f"hook {name!r} ({spec['type']})", section)
 
 
 def _plain(node: Any) -> Dict[str, Any]:

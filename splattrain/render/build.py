@@ -23,7 +23,7 @@ def check_renderer_options(spec: Mapping[str, Any]) -> None:
     kind = str(spec.get("type", "auto"))
     if kind != "auto":
         cls = RENDERERS.get(kind)
-        check_options(cls, options, f"renderer {kind!r}", "renderer")
+        options = check_options(cls, options, f"renderer {kind!r}", "renderer")
         if cls.__module__.startswith(__package__):  # built-ins construct cheaply: check the values too
             cls(**options)
         return
@@ -33,7 +33,8 @@ def check_renderer_options(spec: Mapping[str, Any]) -> None:
         check_options(RENDERERS.get("gsplat"), {unknown[0]: options[unknown[0]]}, "renderer 'auto'", "renderer")
     for name in AUTO_CHOICES:  # the values, through every candidate that takes them
         cls = RENDERERS.get(name)
-        cls(**{k: v for k, v in options.items() if k in RENDERERS.options(name)})
+        taken = {k: v for k, v in options.items() if k in RENDERERS.options(name)}
+        cls(**check_options(cls, taken, f"renderer 'auto' ({name})", "renderer"))
 
 
 def resolve_auto(device: torch.device, log: Message = None, warn: Message = None, absgrad: bool = False) -> str:
