@@ -179,3 +179,11 @@ def test_ctrl_c_while_paused_saves_and_exits_130(tmp_path):
 
 def _demo_camera():
     return load_blender(DEMO).test[0].camera
+
+
+def test_example_config_builds_the_viewer(capsys):
+    from conftest import REPO
+
+    assert main(["fit", "--config", str(REPO / "configs" / "demo_viewer.yaml"), "--dry-run",
+                 "default_hooks.viewer.port=0"]) == 0
+    assert "ViewerHook" in capsys.readouterr().out

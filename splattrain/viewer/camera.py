@@ -77,24 +77,25 @@ def mean_up_direction(cameras: Sequence[Camera]) -> np.ndarray:
     return up / norm if norm > 1e-6 else np.array([0.0, 0.0, 1.0])
 
 
-def overview_pose(cameras: Sequence[Camera], pull_back: float = 0.6) -> ViewPose:
+def overview_pose(cameras: Sequence[Camera], pull_back: float = 0.6, rise: float = 0.35) -> ViewPose:
     """The first camera moved back (away from the point the cameras look at) by ``pull_back``
-    times its distance to it, looking at that point: the scene and the cameras near it in view."""
+    and up by ``rise`` times its distance to it, looking at that point: the scene and the
+    cameras near it in view, the first camera below the middle."""
     from ..data.pipeline import focus_point
 
     first = camera_pose(cameras[0])
     focus = focus_point(list(cameras)).double().numpy()
-    position = np.asarray(first.position)
-    offset = position - focus
+    offset = np.asarray(first.position) - focus
     distance = float(np.linalg.norm(offset))
     if distance < 1e-9:
         return first
-    forward = -offset / distance
     up = -quat_to_matrix(first.wxyz)[:, 1]
+    position = focus + offset * (1.0 + pull_back) + up * distance * rise
+    forward = (focus - position) / np.linalg.norm(focus - position)
     right = np.cross(forward, up)
     if np.linalg.norm(right) < 1e-6:
         return first
     right /= np.linalg.norm(right)
     down = np.cross(forward, right)
-    new_position = tuple(float(v) for v in focus + offset * (1.0 + pull_back))
-    return ViewPose(matrix_to_quat(np.stack([right, down, forward], axis=1)), new_position, first.fov, first.aspect)  # type: ignore[arg-type]
+    return ViewPose(matrix_to_quat(np.stack([right, down, forward], axis=1)), tuple(float(v) for v in position),
+                    first.fov, first.aspect)  # type: ignore[arg-type]

@@ -205,6 +205,7 @@ class ViewerServer:
     def look_through(self, client_id: int, pose: ViewPose) -> None:
         """Move a browser's view to a camera and hide the frustums (which would cover it)."""
         self.cameras_control.value = False
+        self.show_cameras(False)
         self.move_camera(client_id, pose)
 
     def move_camera(self, client_id: int, pose: ViewPose) -> None:
