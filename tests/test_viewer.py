@@ -20,8 +20,11 @@ from splattrain.config import load_config
 from splattrain.console import Console
 from splattrain.data.blender import load_blender
 from splattrain.engine import DefaultTrainer
+from splattrain.errors import UserError
 from splattrain.hooks import Hook, ViewerHook
-from splattrain.viewer.camera import ViewPose, camera_pose, image_size, pose_to_camera
+from splattrain.io.ply import write_ply
+from splattrain.model.gaussians import GaussianModel
+from splattrain.viewer.camera import camera_pose, image_size, pose_to_camera
 from splattrain.viewer.images import colorize_depth, view_image
 from test_run_safety import start_fit, wait_for_line
 
@@ -85,7 +88,13 @@ def test_busy_port_is_one_line_exit_2(tmp_path, capsys):
         assert main(["fit", "--config", str(cfg), "--viewer", str(port)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and f"port {port}" in err[0] and "in use" in err[0]
-        assert main(["view", str(tmp_path / "missing.ply"), "--port", str(port)]) == 2
+        ply = tmp_path / "scene.ply"
+        write_ply(ply, GaussianModel.random(50, torch.zeros(3), 1.0, 0).params)
+        assert main(["view", str(ply), "--port", str(port)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"port {port}" in err[0]
+    assert main(["view", str(tmp_path / "missing.ply")]) == 2
+    assert "missing.ply" in capsys.readouterr().err
 
 
 class Trace(Hook):
@@ -155,7 +164,7 @@ def test_save_checkpoint_request_saves_between_steps(tmp_path):
     class Press(Hook):
         def after_train_iter(self, trainer, step, batch, outputs):
             if step == 3:
-                viewer.server._request_save()
+                viewer.server.request_save()
 
     trainer.register_hook(Press())
     trainer.train()
@@ -187,3 +196,41 @@ def test_example_config_builds_the_viewer(capsys):
     assert main(["fit", "--config", str(REPO / "configs" / "demo_viewer.yaml"), "--dry-run",
                  "default_hooks.viewer.port=0"]) == 0
     assert "ViewerHook" in capsys.readouterr().out
+
+
+def test_view_loads_a_run_with_its_cameras_a_checkpoint_and_a_ply(tmp_path):
+    from splattrain.commands.view import load_viewed_scene, parse_background, points_overview_pose
+
+    trainer = build(tmp_path, 4)
+    trainer.train()
+    console = Console(quiet=True)
+    run = load_viewed_scene(tmp_path / "run", console)
+    assert run.step == 4 and len(run.train) == 48 and len(run.test) == 10
+    assert run.png_dir == tmp_path / "run" / "viewer" and run.model.num_gaussians == trainer.model.num_gaussians
+    ply = load_viewed_scene(tmp_path / "run" / "ply" / "step_000004.ply", console, background="black")
+    assert ply.train == [] and ply.background.tolist() == [0.0, 0.0, 0.0]
+    for name, value in trainer.model.params.items():
+        assert torch.equal(ply.model.params[name], value.detach()), name
+    pose = points_overview_pose(ply.model.params["means"])
+    camera = pose_to_camera(pose, 64)
+    centre = torch.from_numpy(np.median(ply.model.params["means"].detach().numpy(), axis=0)).float()
+    in_view = camera.viewmat[:3, :3] @ centre + camera.viewmat[:3, 3]
+    assert in_view[2] > 0 and abs(float(in_view[0])) < 1e-3 and abs(float(in_view[1])) < 1e-3  # looks at it
+    assert parse_background("0.5,0.5,1") == [0.5, 0.5, 1.0]
+    with pytest.raises(UserError):
+        parse_background("red")
+    with pytest.raises(UserError):
+        load_viewed_scene(tmp_path / "nothing.ply", console)
+
+
+def test_missing_viser_is_one_line_naming_the_package(tmp_path, monkeypatch, capsys):
+    import sys
+
+    for name in [m for m in sys.modules if m == "viser" or m.startswith("viser.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "viser", None)  # import viser raises ImportError
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(tiny_config_text(tmp_path, steps=5))
+    assert main(["fit", "--config", str(cfg), "--viewer", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "viser" in err[0] and "splattrain[viewer]" in err[0]

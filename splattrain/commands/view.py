@@ -60,8 +60,9 @@ def load_viewed_scene(target: str | Path, console: Console, device: str = "auto"
         params, degree = read_ply_gaussians(path)
         colour = parse_background(background or "white")
         renderer = build_renderer({"type": "auto"}, resolved, log=console.debug, warn=console.warning)
+        png_dir = Path(out) if out else path.parent / f"{path.stem}_views"
         return ViewedScene(path.stem, GaussianModel(params, degree).to(resolved), degree, renderer,
-                           torch.tensor(colour, device=resolved), Path(out) if out else path.parent / f"{path.stem}_views")
+                           torch.tensor(colour, device=resolved), png_dir)
     from ..data.pipeline import camera_scene_scale
     from .snapshot import load_snapshot
 
@@ -92,7 +93,8 @@ def points_overview_pose(means: torch.Tensor, up: np.ndarray = np.array([0.0, 0.
     right = np.cross(forward, up)
     right /= np.linalg.norm(right)
     down = np.cross(forward, right)
-    return ViewPose(matrix_to_quat(np.stack([right, down, forward], axis=1)), tuple(position), fov, 1.0)  # type: ignore[arg-type]
+    px, py, pz = (float(v) for v in position)
+    return ViewPose(matrix_to_quat(np.stack([right, down, forward], axis=1)), (px, py, pz), fov, 1.0)
 
 
 def view(target: str | Path, console: Console, port: int = 8080, host: str = "127.0.0.1",

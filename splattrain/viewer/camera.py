@@ -8,7 +8,6 @@ from typing import Sequence, Tuple
 
 import numpy as np
 import torch
-import viser.transforms as tf
 
 from ..cameras import Camera
 
@@ -31,12 +30,17 @@ class ViewPose:
 
 def quat_to_matrix(wxyz: Sequence[float]) -> np.ndarray:
     """Rotation matrix [3, 3] of a wxyz quaternion."""
+    import viser.transforms as tf
+
     return tf.SO3(np.asarray(wxyz, dtype=np.float64)).normalize().as_matrix()
 
 
 def matrix_to_quat(R: np.ndarray) -> Tuple[float, float, float, float]:
     """The wxyz unit quaternion of a rotation matrix."""
-    return tuple(float(v) for v in tf.SO3.from_matrix(np.asarray(R, dtype=np.float64)).wxyz)  # type: ignore[return-value]
+    import viser.transforms as tf
+
+    w, x, y, z = (float(v) for v in tf.SO3.from_matrix(np.asarray(R, dtype=np.float64)).wxyz)
+    return (w, x, y, z)
 
 
 def image_size(aspect: float, resolution: int) -> Tuple[int, int]:

@@ -145,7 +145,7 @@ class ViewerServer:
             self.save_button = gui.add_button("Save checkpoint now", icon="device-floppy")
             self.pause_button.on_click(lambda _: self.set_paused(True))
             self.resume_button.on_click(lambda _: self.set_paused(False))
-            self.save_button.on_click(lambda _: self._request_save())
+            self.save_button.on_click(lambda _: self.request_save())
         self.png_button = gui.add_button("Save view as PNG", icon="photo", hint="render the current view and save it")
         self.png_button.on_click(self._on_png)
         with gui.add_folder("View"):
@@ -284,8 +284,9 @@ class ViewerServer:
         camera = client.camera
         try:
             height = max(1, int(camera.image_height))
-            return ViewPose(tuple(float(v) for v in camera.wxyz), tuple(float(v) for v in camera.position),  # type: ignore[arg-type]
-                            float(camera.fov), int(camera.image_width) / height)
+            w, x, y, z = (float(v) for v in camera.wxyz)
+            px, py, pz = (float(v) for v in camera.position)
+            return ViewPose((w, x, y, z), (px, py, pz), float(camera.fov), int(camera.image_width) / height)
         except AssertionError:  # no camera message from this browser yet
             return None
 
@@ -338,7 +339,8 @@ class ViewerServer:
             self.resume_button.disabled = not paused
         self.wake.set()
 
-    def _request_save(self) -> None:
+    def request_save(self) -> None:
+        """What "Save checkpoint now" does: the owner saves at its next chance."""
         self.save_requested = True
         self.wake.set()
 

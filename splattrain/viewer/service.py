@@ -68,7 +68,8 @@ class ViewService:
         self.render_seconds = 0.0
         self._png_count = 0
 
-    def render_pose(self, model: GaussianModel, sh_degree: int, pose: ViewPose, mode: str, resolution: int) -> np.ndarray:
+    def render_pose(self, model: GaussianModel, sh_degree: int, pose: ViewPose, mode: str,
+                    resolution: int) -> np.ndarray:
         """The view from ``pose`` as uint8 [H, W, 3]."""
         camera = pose_to_camera(pose, resolution).to(self.background.device)
         with self.lock, torch.no_grad():

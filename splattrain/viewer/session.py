@@ -10,13 +10,15 @@ from .server import CameraGroup, ViewerServer
 
 TRAIN_COLOR = (40, 90, 200)
 TEST_COLOR = (220, 80, 40)
+MAX_THUMBNAILS = 300  # more training views are drawn as plain frustums (thumbnails cost start-up time)
 
 
 def add_scene_cameras(server: ViewerServer, train: Sequence[Frame], test: Sequence[Frame], scene_scale: float,
                       thumbnails: bool = True, background: Sequence[float] = (1.0, 1.0, 1.0)) -> None:
-    """Train (blue, with their images as thumbnails) and test (orange) cameras as frustums;
+    """Train (blue, with their images as thumbnails up to MAX_THUMBNAILS views) and test (orange) cameras as frustums;
     browsers start at the first train camera (else the first test camera)."""
     scale = 0.05 * max(scene_scale, 1e-6)
+    thumbnails = thumbnails and len(train) <= MAX_THUMBNAILS
     for name, frames, color in (("train", train, TRAIN_COLOR), ("test", test, TEST_COLOR)):
         if not frames:
             continue
