@@ -58,10 +58,10 @@ def trained_ply(tmp_path_factory) -> Path:
     """The demo scene trained briefly at half resolution; its last PLY."""
     root = tmp_path_factory.mktemp("viewer_scene")
     cfg = root / "cfg.yaml"
-    cfg.write_text(config_text(root / "run", 600, "strategy: {refine_start_iter: 100, refine_every: 100}\n"
+    cfg.write_text(config_text(root / "run", 400, "strategy: {refine_start_iter: 100, refine_every: 100}\n"
                                            "default_hooks:\n  checkpoint: {interval: 0}\n"))
     DefaultTrainer(load_config(cfg), console=Console(quiet=True)).train()
-    return root / "run" / "ply" / "step_000600.ply"
+    return root / "run" / "ply" / "step_000400.ply"
 
 
 class Slow(Hook):
