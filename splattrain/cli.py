@@ -34,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     loudness = fit.add_mutually_exclusive_group()
     loudness.add_argument("--quiet", action="store_true", help="show only warnings and errors (log.txt gets everything)")
     loudness.add_argument("--verbose", action="store_true", help="also show debug lines and the hook table")
+    fit.add_argument("--viewer", nargs="?", type=int, const=8080, default=None, metavar="PORT",
+                     help="watch and steer training in the browser at http://127.0.0.1:PORT/ (default 8080)")
     fit.add_argument("overrides", nargs="*", metavar="dotted.key=value", help="config overrides")
     target_help = "a run directory (its newest checkpoint) or a checkpoint file"
     ev = sub.add_parser("eval", help="score a trained scene on its test views")
@@ -59,6 +61,14 @@ def _parser() -> argparse.ArgumentParser:
     sc.add_argument("--config", required=True, help="YAML config file (see configs/)")
     sc.add_argument("--out", help="also plot every curve to this PNG file")
     sc.add_argument("overrides", nargs="*", metavar="dotted.key=value", help="config overrides")
+    vw = sub.add_parser("view", help="look at a trained scene, checkpoint or 3DGS PLY in the browser")
+    vw.add_argument("target", metavar="RUN_DIR|CKPT|PLY", help="a run directory, a checkpoint or a 3DGS .ply file")
+    vw.add_argument("--port", type=int, default=8080)
+    vw.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
+    vw.add_argument("--background", default=None, metavar="R,G,B",
+                    help="background colour in [0, 1] (default: the run's, white for a PLY)")
+    vw.add_argument("--out", help="folder for saved PNG views (default RUN_DIR/viewer, or beside the PLY)")
+    vw.add_argument("--device", default="auto")
     lst = sub.add_parser("list", help="list registered hooks, writers, datasets, renderers, losses, strategies, trainers")
     lst.add_argument("what", choices=list(_REGISTRIES))
     lst.add_argument("--config", help="also import the modules this config names in imports:")
@@ -76,7 +86,8 @@ def _fit(args: argparse.Namespace) -> int:
     if args.resume not in (None, "latest") and "=" in args.resume and not Path(args.resume).exists():
         args.overrides.insert(0, args.resume)  # `--resume key=value`: an override, not a path
         args.resume = "latest"
-    cfg = load_config(config_path, args.overrides)
+    viewer = [] if args.viewer is None else [f"default_hooks.viewer.port={args.viewer}"]
+    cfg = load_config(config_path, [*args.overrides, *viewer])
     trainer = TRAINERS.get(cfg.trainer.type)(cfg, console=console, config_dir=config_path.parent)
     trainer.resume_hint = " ".join(["splattrain fit --config", str(config_path), *args.overrides, "--resume"])
     if args.dry_run:
@@ -128,6 +139,15 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _view(args: argparse.Namespace) -> int:
+    from .commands.view import view
+    from .console import Console
+
+    view(args.target, Console(), port=args.port, host=args.host, background=args.background, out=args.out,
+         device=args.device)
+    return 0
+
+
 def _schedule(args: argparse.Namespace) -> int:
     from .commands.schedule import show_schedule
     from .config import load_config
@@ -175,7 +195,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         commands = {"fit": _fit, "eval": _eval, "render": _render, "export": _export, "schedule": _schedule,
-                    "list": _list}
+                    "view": _view, "list": _list}
         return commands[args.command](args)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -159,6 +159,7 @@ class ProgressLogger:
         self._progress: Optional[Progress] = None
         self._task = None
         self._t0 = time.perf_counter()
+        self._paused_at: Optional[float] = None
 
     def __enter__(self) -> "ProgressLogger":
         self._t0 = time.perf_counter()
@@ -168,20 +169,35 @@ class ProgressLogger:
                 BarColumn(),
                 TextColumn("{task.fields[rate]}"),
                 TimeElapsedColumn(),
-                TextColumn("eta"),
+                TextColumn("{task.fields[eta]}"),
                 TimeRemainingColumn(),
                 TextColumn("{task.fields[status]}"),
                 console=self.console.terminal,
                 transient=False,
             )
             self._progress.start()
-            self._task = self._progress.add_task("train", total=self.total, completed=self.start_step, rate="", status="")
+            self._task = self._progress.add_task("train", total=self.total, completed=self.start_step, rate="", status="",
+                                               eta="eta")
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+    def set_paused(self, paused: bool, step: int) -> None:
+        """Show that training is paused at ``step``; paused time counts in neither rate nor ETA."""
+        now = time.perf_counter()
+        if paused and self._paused_at is None:
+            self._paused_at = now
+            if self._progress is not None:
+                self._progress.update(self._task, rate="paused", eta="eta (paused)",
+                                       status="paused (resume in the viewer)")
+        elif not paused and self._paused_at is not None:
+            self._t0 += now - self._paused_at
+            self._paused_at = None
+            if self._progress is not None:
+                self._progress.update(self._task, rate=f"{self.rate(step):.1f} it/s", eta="eta", status="")
 
     def rate(self, step: int) -> float:
         """Steps per second since the logger started."""

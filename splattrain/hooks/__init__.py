@@ -12,6 +12,7 @@ from .log_hook import LogHook
 from .memory_budget import MemoryBudgetHook
 from .resolution import ResolutionScheduleHook
 from .resources import EmptyCacheHook, ProfilerHook
+from .viewer_hook import ViewerHook
 
 __all__ = [
     "HOOK_POINTS",
@@ -30,6 +31,7 @@ __all__ = [
     "MemoryBudgetHook",
     "ProfilerHook",
     "ResolutionScheduleHook",
+    "ViewerHook",
     "Priority",
     "RunInterrupted",
     "get_priority",

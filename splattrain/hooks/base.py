@@ -78,7 +78,7 @@ class Hook:
     @property
     def state_key(self) -> str:
         """Key under which the checkpoint stores this hook's state (unique in a trainer)."""
-        return self.__dict__.get("_state_key") or getattr(self, "_registered_name", None) or type(self).__name__
+        return self.__dict__.get("_state_key") or type(self).__name__
 
     @state_key.setter
     def state_key(self, value: str) -> None:

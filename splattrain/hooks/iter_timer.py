@@ -49,5 +49,10 @@ class IterTimerHook(Hook):
             trainer.runtime_info["time/eta"] = self.mean_step * (trainer.max_steps - step)
         self._last_end = now
 
+    def set_paused(self, trainer, paused: bool) -> None:
+        """Time spent paused (in the viewer) is not data time of the next step."""
+        if not paused:
+            self._last_end = time.perf_counter()
+
     def after_val(self, trainer, metrics: Dict[str, Any]) -> None:
         self._last_end = time.perf_counter()  # validation is not data time of the next step

@@ -16,18 +16,24 @@ DEFAULT_HOOKS: Dict[str, Dict[str, Any]] = {
     "auto_checkpoint": {"type": "AutoCheckpointHook"},
 }
 
+#: Hooks known by name but off unless ``default_hooks.<name>`` is given (e.g. ``viewer: {port: 8080}``).
+OPTIONAL_DEFAULT_HOOKS: Dict[str, Dict[str, Any]] = {
+    "viewer": {"type": "ViewerHook"},
+}
+
 
 def hook_specs(default_hooks: Mapping[str, Any], custom_hooks: List[Mapping[str, Any]]) -> List[tuple[str, Dict[str, Any]]]:
     """(name, spec) for every hook to build: defaults with the user's overrides, then custom hooks."""
     specs: List[tuple[str, Dict[str, Any]]] = []
+    known = {**DEFAULT_HOOKS, **OPTIONAL_DEFAULT_HOOKS}
     for name, override in default_hooks.items():
-        if name not in DEFAULT_HOOKS and (override is None or "type" not in override):
+        if name not in known and (override is None or "type" not in override):
             raise ConfigError(
-                f"default_hooks.{name}: not a default hook (known: {', '.join(DEFAULT_HOOKS)}); "
+                f"default_hooks.{name}: not a default hook (known: {', '.join(known)}); "
                 "give it a 'type' to add a hook under this name"
             )
     for name in list(DEFAULT_HOOKS) + [n for n in default_hooks if n not in DEFAULT_HOOKS]:
-        spec = dict(DEFAULT_HOOKS.get(name, {}))
+        spec = dict(known.get(name, {}))
         if name in default_hooks:
             override = default_hooks[name]
             if override is None:

@@ -1,7 +1,7 @@
 // Per-Gaussian work of the CPU rasterizer, forward and backward: EWA projection into pinhole
 // cameras and spherical-harmonics colours. The formulas are those of the PyTorch backend
 // (splattrain/render/torch_rasterizer.py: project) and of gsplat's SH evaluation
-// (splattrain/render/splat_renderers.py: sh_colors), computed per Gaussian in one pass instead
+// (splattrain/render/torch_renderer.py: sh_colors), computed per Gaussian in one pass instead
 // of a few dozen whole-tensor operations; SH colours are evaluated 16 Gaussians at a time, so
 // those loops vectorise. Gradients reach means, quats, scales, opacities and
 // SH coefficients; cameras get none. Work is split over Gaussians, each thread summing the

@@ -1,0 +1,122 @@
+"""``splattrain view``: a finished run, a checkpoint or any standard 3DGS PLY in the browser."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Optional
+
+import numpy as np
+import torch
+
+from ..console import Console
+from ..data.types import Frame
+from ..engine.setup import resolve_device
+from ..errors import UserError
+from ..io.ply import read_ply_gaussians
+from ..model.gaussians import GaussianModel
+from ..render import Renderer, build_renderer
+from ..viewer.camera import ViewPose, matrix_to_quat
+
+
+@dataclass
+class ViewedScene:
+    """Everything the page needs: Gaussians, how to render them, and the cameras to draw."""
+
+    name: str
+    model: GaussianModel
+    sh_degree: int
+    renderer: Renderer
+    background: torch.Tensor
+    png_dir: Path
+    step: Optional[int] = None
+    train: List[Frame] = field(default_factory=list)
+    test: List[Frame] = field(default_factory=list)
+    scene_scale: float = 1.0
+
+
+def parse_background(text: str) -> List[float]:
+    """'R,G,B' with values in [0, 1] (or 'white' / 'black')."""
+    named = {"white": [1.0, 1.0, 1.0], "black": [0.0, 0.0, 0.0]}
+    if text in named:
+        return named[text]
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != 3 or not all(0.0 <= v <= 1.0 for v in values):
+        raise UserError(f"--background {text!r}: give R,G,B in [0, 1], white or black")
+    return values
+
+
+def load_viewed_scene(target: str | Path, console: Console, device: str = "auto",
+                      background: Optional[str] = None, out: Optional[str] = None) -> ViewedScene:
+    """A PLY (by its suffix), else a run directory or checkpoint with its train and test cameras."""
+    path = Path(target)
+    resolved = resolve_device(device)
+    if path.suffix.lower() == ".ply":
+        if not path.is_file():
+            raise UserError(f"'{path}' is not a file")
+        params, degree = read_ply_gaussians(path)
+        colour = parse_background(background or "white")
+        renderer = build_renderer({"type": "auto"}, resolved, log=console.debug, warn=console.warning)
+        png_dir = Path(out) if out else path.parent / f"{path.stem}_views"
+        return ViewedScene(path.stem, GaussianModel(params, degree).to(resolved), degree, renderer,
+                           torch.tensor(colour, device=resolved), png_dir)
+    from ..data.pipeline import camera_scene_scale
+    from .snapshot import load_snapshot
+
+    snapshot = load_snapshot(path, device)
+    colour = parse_background(background) if background else list(snapshot.cfg.data.background)
+    scene = ViewedScene(str(snapshot.cfg.name), snapshot.model, snapshot.sh_degree,
+                        snapshot.renderer(log=console.debug, warn=console.warning),
+                        torch.tensor(colour, dtype=torch.float32, device=snapshot.device),
+                        Path(out) if out else snapshot.run_dir / "viewer", step=snapshot.step)
+    try:
+        data = snapshot.scene()
+    except UserError as err:
+        console.warning(f"the run's cameras are not shown: {err}")
+        return scene
+    scene.train, scene.test = list(data.train), list(data.test)
+    scene.scene_scale = camera_scene_scale([f.camera for f in data.train or data.test])
+    return scene
+
+
+def points_overview_pose(means: torch.Tensor, up: np.ndarray = np.array([0.0, 0.0, 1.0]), fov: float = 0.9) -> ViewPose:
+    """A camera looking at the Gaussians' median from outside most of them (up is ``up``)."""
+    points = means.detach().cpu().double().numpy()
+    center = np.median(points, axis=0)
+    radius = float(np.percentile(np.linalg.norm(points - center, axis=1), 90)) if len(points) else 1.0
+    direction = np.array([1.0, -1.0, 0.6])
+    position = center + direction / np.linalg.norm(direction) * max(radius, 1e-3) * 2.5
+    forward = (center - position) / np.linalg.norm(center - position)
+    right = np.cross(forward, up)
+    right /= np.linalg.norm(right)
+    down = np.cross(forward, right)
+    px, py, pz = (float(v) for v in position)
+    return ViewPose(matrix_to_quat(np.stack([right, down, forward], axis=1)), (px, py, pz), fov, 1.0)
+
+
+def view(target: str | Path, console: Console, port: int = 8080, host: str = "127.0.0.1",
+         background: Optional[str] = None, out: Optional[str] = None, device: str = "auto") -> None:
+    """Serve the page until Ctrl-C."""
+    from ..viewer.server import ViewerServer, wait_for
+    from ..viewer.service import ViewService
+    from ..viewer.session import add_scene_cameras, scene_markdown
+
+    scene = load_viewed_scene(target, console, device, background, out)
+    server = ViewerServer(host, port, title=f"splattrain: {scene.name}", training=False)
+    try:
+        service = ViewService(server, scene.renderer, scene.background, scene.png_dir, log=console.info)
+        if scene.train or scene.test:
+            add_scene_cameras(server, scene.train, scene.test, scene.scene_scale, background=scene.background.tolist())
+        else:
+            server.set_initial_view(points_overview_pose(scene.model.params["means"]), np.array([0.0, 0.0, 1.0]))
+        server.set_stats(scene_markdown(scene.name, scene.model.num_gaussians, scene.step))
+        console.info(f"viewer: [bold]{server.url}[/bold]  {scene.name}, {scene.model.num_gaussians:,} Gaussians  "
+                     f"(from another machine: ssh -L {server.port}:localhost:{server.port} <this host>); Ctrl-C stops")
+        while True:
+            service.serve_waiting(scene.model, scene.sh_degree)
+            wait_for(server.wake, 0.1)
+    finally:
+        server.close()

@@ -1,0 +1,217 @@
+"""ViewerHook: watch and steer a run in the browser (viser), between steps."""
+
+from __future__ import annotations
+
+import signal
+import time
+from typing import Any, Dict, Optional
+
+from ..registry import HOOKS
+from .auto_checkpoint import AutoCheckpointHook
+from .base import Hook
+
+
+@HOOKS.register()
+class ViewerHook(Hook):
+    """Serves a web page showing the current Gaussians from the browser's camera while training
+    runs, with the training cameras, live stats, Pause / Resume and "save checkpoint now".
+
+    Everything the page asks for is done on the training thread in ``after_train_iter``,
+    between two steps: renders (under ``torch.no_grad``, drawing no random numbers), pausing
+    (the hook waits there until Resume) and checkpoints. A paused and resumed run is bit-identical
+    to one never paused. Viewer renders are throttled so training keeps at least
+    ``train_share`` of the time; with no browser connected the hook costs a few microseconds a step.
+
+    Off by default: ``default_hooks.viewer: {port: 8080}`` or ``splattrain fit ... --viewer [PORT]``.
+    Needs the ``viewer`` extra (``pip install 'splattrain[viewer]'``). See docs/viewer.md.
+
+    Args:
+        port: TCP port (0: any free port). A port in use is an error naming it.
+        host: address to listen on; 127.0.0.1 keeps the page on this machine (see docs/viewer.md
+            for ssh -L), 0.0.0.0 opens it to the network.
+        resolution: initial long side of the rendered image in pixels (64..2048).
+        train_share: initial share of the time training keeps (0.1..1.0; 1.0 renders only while paused).
+        render_mode: initial mode: rgb, depth or alpha.
+        refresh: seconds between re-renders of a view whose camera did not move.
+        thumbnails: show each training image on its camera frustum.
+        paused: start paused (the page opens before the first step).
+    """
+
+    priority = 97  # after the checkpoint and timer hooks, before AutoCheckpointHook's safe point
+
+    def __init__(self, port: int = 8080, host: str = "127.0.0.1", resolution: int = 512, train_share: float = 0.9,
+                 render_mode: str = "rgb", refresh: float = 0.2, thumbnails: bool = True, paused: bool = False) -> None:
+        super().__init__()
+        from ..errors import ConfigError
+        from ..viewer.images import RENDER_MODES
+        from ..viewer.server import check_port_free, import_viser
+
+        if render_mode not in RENDER_MODES:
+            raise ConfigError(f"ViewerHook render_mode {render_mode!r}: use one of {', '.join(RENDER_MODES)}")
+        if not 0.1 <= float(train_share) <= 1.0:
+            raise ConfigError(f"ViewerHook train_share {train_share}: use a value in [0.1, 1.0]")
+        import_viser()
+        check_port_free(host, int(port))
+        self.port = int(port)
+        self.host = host
+        self.resolution = int(resolution)
+        self.train_share = float(train_share)
+        self.render_mode = render_mode
+        self.refresh = float(refresh)
+        self.thumbnails = thumbnails
+        self.start_paused = paused
+        self.server = None
+        self.service = None
+        self.budget = None
+        self.ema_loss: Optional[float] = None
+        self.steps_per_second = 0.0
+        self.paused_seconds = 0.0
+        self._last_end: Optional[float] = None
+        self._last_stats = 0.0
+        self._trainer = None
+
+    # -- life cycle ----------------------------------------------------------------------
+    def before_run(self, trainer) -> None:
+        from ..viewer.server import ViewerServer, ViewerSettings
+        from ..viewer.service import RenderBudget, ViewService
+        from ..viewer.session import add_scene_cameras
+
+        settings = ViewerSettings(mode=self.render_mode, resolution=self.resolution, train_share=self.train_share)
+        self.server = ViewerServer(self.host, self.port, title=f"splattrain: {trainer.cfg.name}", training=True,
+                                   settings=settings)
+        self.service = ViewService(self.server, trainer.renderer, trainer.background, trainer.run_dir / "viewer",
+                                   log=trainer.console.info)
+        self.budget = RenderBudget(self.train_share)
+        self._trainer = trainer
+        data = trainer.data
+        add_scene_cameras(self.server, data.train_frames, data.test_frames, trainer.scene_scale, self.thumbnails,
+                          trainer.background.tolist())
+        if self.server.port != self.port and self.port != 0:
+            trainer.console.warning(f"viewer port {self.port} was taken; using {self.server.port}")
+        trainer.console.info(f"viewer: [bold]{self.server.url}[/bold]  (from another machine: "
+                             f"ssh -L {self.server.port}:localhost:{self.server.port} <this host>)")
+        if self.start_paused:
+            self.server.set_paused(True)
+
+    def before_train(self, trainer) -> None:
+        self._last_end = time.perf_counter()
+        self._update_stats(trainer, force=True)
+        if self.server is not None and self.server.paused:
+            self._hold(trainer)
+
+    def after_train_iter(self, trainer, step: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
+        server = self.server
+        now = time.perf_counter()
+        elapsed = now - self._last_end if self._last_end is not None else 0.0
+        self.budget.share = server.settings.train_share
+        self.budget.earn(elapsed)
+        if elapsed > 0:
+            rate = 1.0 / elapsed
+            self.steps_per_second = rate if self.steps_per_second == 0 else 0.9 * self.steps_per_second + 0.1 * rate
+        loss = outputs["losses"]["loss"].item()
+        self.ema_loss = loss if self.ema_loss is None else 0.9 * self.ema_loss + 0.1 * loss
+        if server.save_requested and server.take_save_request():
+            self._save(trainer)
+        if server.num_clients:
+            if self.budget.available:
+                self.budget.spend(self.service.serve_one(trainer.model, outputs["sh_degree"], self.refresh))
+            self._update_stats(trainer)
+        if server.paused:
+            self._hold(trainer, outputs["sh_degree"])
+        self._last_end = time.perf_counter()
+
+    def after_val(self, trainer, metrics: Dict[str, Any]) -> None:
+        self._update_stats(trainer, force=True)
+
+    def after_train(self, trainer) -> None:
+        self._update_stats(trainer, force=True, finished=True)
+
+    def after_run(self, trainer) -> None:
+        if self.server is not None:
+            self.server.close()
+
+    # -- pause -------------------------------------------------------------------------------
+    def pause(self) -> None:
+        """Ask the run to pause after the current step (what the Pause button does)."""
+        self.server.set_paused(True)
+
+    def resume(self) -> None:
+        """Let a paused run continue (what the Resume button does)."""
+        self.server.set_paused(False)
+
+    def _hold(self, trainer, sh_degree: Optional[int] = None) -> None:
+        """Wait between two steps until Resume (or a signal that stops the run)."""
+        from ..model.gaussians import degree_for_step
+        from ..viewer.server import wait_for
+
+        if sh_degree is None:
+            settings = trainer.step_settings
+            sh_degree = degree_for_step(max(1, trainer.step), settings.sh_degree_interval, settings.sh_degree)
+        started = time.perf_counter()
+        trainer.console.info(f"viewer: paused at step {trainer.step}")
+        _tell_hooks(trainer, paused=True)
+        self._update_stats(trainer, force=True)
+        try:
+            while self.server.paused and not _stop_pending(trainer):
+                if self.server.take_save_request():
+                    self._save(trainer)
+                self.service.serve_waiting(trainer.model, sh_degree)
+                wait_for(self.server.wake, 0.1)
+        finally:
+            held = time.perf_counter() - started
+            self.paused_seconds += held
+            trainer.train_seconds -= held  # the trainer counts this step's time, pause included
+            _tell_hooks(trainer, paused=False)
+            if self.server.paused:  # a signal ends the pause: the run stops at AutoCheckpointHook
+                self.server.set_paused(False)
+            else:
+                trainer.console.info(f"viewer: resumed at step {trainer.step}")
+            self._update_stats(trainer, force=True)
+
+    def _save(self, trainer) -> None:
+        path = trainer.save_checkpoint(trainer.checkpoint_dir / f"step_{trainer.step:06d}.pt")
+        trainer.console.info(f"viewer: saved a checkpoint at step {trainer.step} to {path}")
+        self.server.notify(None, "Checkpoint saved", str(path))
+
+    # -- stats -------------------------------------------------------------------------------
+    def status(self) -> Dict[str, Any]:
+        """What the stats panel shows: step, max_steps, paused, gaussians, ema_loss, psnr,
+        steps_per_second, clients, url."""
+        trainer = self._trainer
+        return {
+            "step": trainer.step if trainer else 0,
+            "max_steps": trainer.max_steps if trainer else 0,
+            "paused": bool(self.server and self.server.paused),
+            "gaussians": trainer.model.num_gaussians if trainer else 0,
+            "ema_loss": self.ema_loss,
+            "psnr": trainer.last_metrics.get("psnr") if trainer else None,
+            "steps_per_second": self.steps_per_second,
+            "clients": self.server.num_clients if self.server else 0,
+            "url": self.server.url if self.server else None,
+        }
+
+    def _update_stats(self, trainer, force: bool = False, finished: bool = False) -> None:
+        now = time.monotonic()
+        if self.server is None or (not force and now - self._last_stats < 0.5):
+            return
+        from ..viewer.session import stats_markdown
+
+        self._last_stats = now
+        state = "finished" if finished else ("paused" if self.server.paused else "training")
+        self.server.set_stats(stats_markdown(self.status(), state))
+
+
+def _tell_hooks(trainer, paused: bool) -> None:
+    """Hooks that show progress or time steps implement ``set_paused(trainer, paused)``."""
+    for hook in trainer.hooks.hooks:
+        method = getattr(hook, "set_paused", None)
+        if callable(method):
+            method(trainer, paused)
+
+
+def _stop_pending(trainer) -> bool:
+    """True when a SIGINT / SIGTERM waits for AutoCheckpointHook's next safe point."""
+    return any(isinstance(h, AutoCheckpointHook) and h.pending in _STOP_SIGNALS for h in trainer.hooks.hooks)
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)

@@ -1,0 +1,64 @@
+"""Viewer images: a render in one of the modes rgb / depth / alpha, as uint8 HxWx3."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..render.base import RenderResult
+
+RENDER_MODES = ("rgb", "depth", "alpha")
+
+# Control points of a perceptually ordered blue -> green -> yellow ramp (viridis' ends and middle).
+_RAMP = np.array([[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]], dtype=np.float32)
+
+
+def colorize_depth(depth: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """Depth [H, W] as colours, near blue to far yellow, scaled to the covered pixels'
+    2nd..98th percentile; pixels with alpha < 0.05 are black."""
+    covered = alpha > 0.05
+    out = np.zeros(depth.shape + (3,), dtype=np.uint8)
+    if not covered.any():
+        return out
+    near, far = np.percentile(depth[covered], [2.0, 98.0])
+    t = np.clip((depth - near) / max(far - near, 1e-8), 0.0, 1.0) * (len(_RAMP) - 1)
+    low = np.floor(t).astype(np.int64).clip(0, len(_RAMP) - 2)
+    frac = (t - low)[..., None]
+    colours = _RAMP[low] * (1.0 - frac) + _RAMP[low + 1] * frac
+    out[covered] = colours[covered].round().astype(np.uint8)
+    return out
+
+
+def to_uint8(image: torch.Tensor) -> np.ndarray:
+    """[H, W, C] float in [0, 1] -> uint8 numpy."""
+    return (image.detach().clamp(0.0, 1.0) * 255.0 + 0.5).to(torch.uint8).cpu().numpy()
+
+
+def view_image(result: RenderResult, mode: str) -> np.ndarray:
+    """The first camera of ``result`` in ``mode`` as uint8 [H, W, 3]."""
+    if mode not in RENDER_MODES:
+        raise ValueError(f"render mode {mode!r}: use one of {', '.join(RENDER_MODES)}")
+    if mode == "rgb":
+        return to_uint8(result.rgb[0])
+    alpha = result.alpha[0, ..., 0]
+    if mode == "alpha":
+        return to_uint8(alpha)[..., None].repeat(3, axis=2)
+    if result.depth is None:
+        raise ValueError("the render has no depth")
+    return colorize_depth(result.depth[0, ..., 0].detach().cpu().numpy(), alpha.detach().cpu().numpy())
+
+
+def thumbnail(image: np.ndarray, background: Sequence[float] = (1.0, 1.0, 1.0), long_side: int = 64) -> np.ndarray:
+    """A small RGB copy of a uint8 RGB(A) image (RGBA over ``background``) for camera frustums."""
+    from PIL import Image
+
+    if image.shape[2] == 4:
+        alpha = image[..., 3:4].astype(np.float32) / 255.0
+        colour = np.asarray(background, dtype=np.float32) * 255.0
+        image = (image[..., :3] * alpha + colour * (1.0 - alpha) + 0.5).astype(np.uint8)
+    h, w = image.shape[:2]
+    scale = long_side / max(h, w)
+    size = (max(1, round(w * scale)), max(1, round(h * scale)))
+    return np.asarray(Image.fromarray(np.ascontiguousarray(image[..., :3])).resize(size, Image.BILINEAR))

@@ -1,0 +1,368 @@
+"""The viewer's web page (viser): controls, camera frustums, stats, and per-browser view requests.
+
+viser calls the callbacks here on its own threads. They only record what the browser asked
+for (a new camera, pause, a checkpoint, a PNG); the thread that owns the scene (the training
+loop, or ``splattrain view``'s main loop) reads the requests, renders, and sends the images.
+No tensor is touched on viser's threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..cameras import Camera
+from ..errors import UserError
+from .camera import (MAX_RESOLUTION, MIN_RESOLUTION, ViewPose, camera_pose, mean_up_direction, overview_pose,
+                     quat_to_matrix)
+from .images import RENDER_MODES
+
+DEFAULT_RESOLUTION = 512
+DEFAULT_TRAIN_SHARE = 0.9
+
+
+class ViewerError(UserError):
+    """The viewer cannot start (port taken, package missing)."""
+
+
+def import_viser():
+    """The viser module, or a one-line error naming what to install."""
+    try:
+        import viser
+    except ImportError:
+        raise ViewerError("the viewer needs the 'viser' package: pip install 'splattrain[viewer]'") from None
+    return viser
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise ViewerError naming ``host:port`` when something already listens there."""
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise ViewerError(f"viewer port {port} on {host} is already in use; choose another with --viewer PORT "
+                                  "(or default_hooks.viewer.port)") from None
+            raise ViewerError(f"viewer cannot listen on {host}:{port}: {err.strerror}") from None
+
+
+@dataclass
+class ViewRequest:
+    """One view a browser is waiting for."""
+
+    client_id: int
+    pose: ViewPose
+    mode: str
+    resolution: int
+
+
+@dataclass
+class _ClientState:
+    dirty: bool = True  # the camera or a setting changed since the last image
+    last_sent: float = 0.0
+    png: bool = False  # "save PNG" was pressed
+
+
+@dataclass
+class ViewerSettings:
+    """What the browser controls set."""
+
+    mode: str = "rgb"
+    resolution: int = DEFAULT_RESOLUTION
+    train_share: float = DEFAULT_TRAIN_SHARE
+    show_cameras: bool = True
+
+
+@dataclass
+class CameraGroup:
+    """Cameras to draw as frustums (e.g. the train or test views)."""
+
+    name: str
+    cameras: Sequence[Camera]
+    images: Optional[Sequence[np.ndarray]] = None  # thumbnails, uint8 HxWx3
+    color: Tuple[int, int, int] = (40, 90, 200)
+    handles: List[object] = field(default_factory=list)
+
+
+class ViewerServer:
+    """A viser server with splattrain's page.
+
+    Args:
+        host, port: where to listen (port 0: any free port).
+        title: shown at the top of the control panel.
+        training: show Pause / Resume / "save checkpoint" (a live run) instead of a finished scene.
+        settings: initial control values.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 8080, title: str = "splattrain",
+                 training: bool = True, settings: Optional[ViewerSettings] = None) -> None:
+        viser = import_viser()
+        check_port_free(host, port)
+        self.host = host
+        self.settings = settings or ViewerSettings()
+        self.training = training
+        with _quiet():  # viser prints a banner; the caller reports the URL through its console
+            self.server = viser.ViserServer(host=host, port=port, label=title, verbose=False)
+        # No share-URL button: it would open a tunnel through a public relay.
+        self.server.gui.configure_theme(show_share_button=False, control_width="medium")
+        self.port = int(self.server.get_port())
+        self.requested_port = port
+        self._lock = threading.Lock()
+        self._clients: Dict[int, _ClientState] = {}
+        self._paused = threading.Event()
+        self.wake = threading.Event()  # set whenever the browser asks for something
+        self.save_requested = False
+        self._initial_pose: Optional[ViewPose] = None
+        self._groups: List[CameraGroup] = []
+        self._closed = False
+        self._build_gui()
+        self.server.on_client_connect(self._on_connect)
+        self.server.on_client_disconnect(self._on_disconnect)
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/"
+
+    # -- page ------------------------------------------------------------------------
+    def _build_gui(self) -> None:
+        gui = self.server.gui
+        self.stats = gui.add_markdown("waiting for the first step" if self.training else "")
+        if self.training:
+            self.pause_button = gui.add_button("Pause", icon="player-pause", hint="stop training between two steps")
+            self.resume_button = gui.add_button("Resume", icon="player-play", disabled=True, hint="continue training")
+            self.save_button = gui.add_button("Save checkpoint now", icon="device-floppy")
+            self.pause_button.on_click(lambda _: self.set_paused(True))
+            self.resume_button.on_click(lambda _: self.set_paused(False))
+            self.save_button.on_click(lambda _: self.request_save())
+        self.png_button = gui.add_button("Save view as PNG", icon="photo", hint="render the current view and save it")
+        self.png_button.on_click(self._on_png)
+        with gui.add_folder("View"):
+            self.mode_control = gui.add_dropdown("Render mode", RENDER_MODES, initial_value=self.settings.mode)
+            self.resolution_control = gui.add_slider(
+                "Resolution", MIN_RESOLUTION, MAX_RESOLUTION, 32, int(self.settings.resolution),
+                hint="pixels on the long side of the rendered image",
+            )
+            if self.training:
+                self.share_control = gui.add_slider(
+                    "Training share", 0.1, 1.0, 0.05, float(self.settings.train_share),
+                    hint="viewer renders take at most the rest of the time (1.0: render only while paused)",
+                )
+                self.share_control.on_update(lambda _: self._set("train_share", float(self.share_control.value)))
+            self.cameras_control = gui.add_checkbox("Show cameras", self.settings.show_cameras)
+        self.mode_control.on_update(lambda _: self._set("mode", str(self.mode_control.value)))
+        self.resolution_control.on_update(lambda _: self._set("resolution", int(self.resolution_control.value)))
+        self.cameras_control.on_update(lambda _: self.show_cameras(bool(self.cameras_control.value)))
+
+    def _set(self, name: str, value: object) -> None:
+        setattr(self.settings, name, value)
+        if name != "train_share":
+            self.mark_all_dirty()
+
+    def add_cameras(self, group: CameraGroup, scale: float) -> None:
+        """Draw ``group`` as frustums of size ``scale``; clicking one moves that browser's view to it."""
+        for index, camera in enumerate(group.cameras):
+            pose = camera_pose(camera)
+            image = group.images[index] if group.images is not None else None
+            handle = self.server.scene.add_camera_frustum(
+                f"/cameras/{group.name}/{index:04d}", fov=pose.fov, aspect=pose.aspect, scale=scale,
+                wxyz=pose.wxyz, position=pose.position, image=image, color=group.color,
+                visible=self.settings.show_cameras,
+            )
+            handle.on_click(lambda event, pose=pose: self.look_through(event.client_id, pose))
+            group.handles.append(handle)
+        self._groups.append(group)
+
+    def show_cameras(self, visible: bool) -> None:
+        self.settings.show_cameras = visible
+        for group in self._groups:
+            for handle in group.handles:
+                handle.visible = visible
+
+    def set_initial_view(self, pose: ViewPose, up: Optional[np.ndarray] = None) -> None:
+        """Where a newly connected browser looks from; ``up`` is the world's up direction."""
+        self._initial_pose = pose
+        if up is not None:
+            self.server.scene.set_up_direction(tuple(float(v) for v in up))
+
+    def set_initial_cameras(self, cameras: Sequence[Camera]) -> None:
+        """Start browsers behind the first camera, looking at what the cameras look at, with
+        the cameras' mean up direction."""
+        if cameras:
+            self.set_initial_view(overview_pose(cameras), mean_up_direction(cameras))
+
+    def look_through(self, client_id: int, pose: ViewPose) -> None:
+        """Move a browser's view to a camera and hide the frustums (which would cover it)."""
+        self.cameras_control.value = False
+        self.show_cameras(False)
+        self.move_camera(client_id, pose)
+
+    def move_camera(self, client_id: int, pose: ViewPose) -> None:
+        """Put a browser's camera at ``pose`` (its field of view included)."""
+        client = self.server.get_clients().get(client_id)
+        if client is None:
+            return
+        direction = quat_to_matrix(pose.wxyz)
+        up = -direction[:, 1]
+        with client.atomic():
+            client.camera.fov = pose.fov
+            client.camera.position = pose.position
+            client.camera.look_at = np.asarray(pose.position) + direction[:, 2]
+            client.camera.up_direction = up
+        self.mark_dirty(client_id)
+
+    def set_stats(self, text: str) -> None:
+        """Replace the stats panel's markdown."""
+        if self.stats.content != text:
+            self.stats.content = text
+
+    # -- browsers ----------------------------------------------------------------------
+    def _on_connect(self, client) -> None:
+        with self._lock:
+            self._clients[client.client_id] = _ClientState()
+        client.camera.on_update(lambda _camera, cid=client.client_id: self.mark_dirty(cid))
+        if self._initial_pose is not None:
+            self.move_camera(client.client_id, self._initial_pose)
+        self.wake.set()
+
+    def _on_disconnect(self, client) -> None:
+        with self._lock:
+            self._clients.pop(client.client_id, None)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self._clients)
+
+    def mark_dirty(self, client_id: int) -> None:
+        with self._lock:
+            state = self._clients.get(client_id)
+            if state is not None:
+                state.dirty = True
+        self.wake.set()
+
+    def mark_all_dirty(self) -> None:
+        with self._lock:
+            for state in self._clients.values():
+                state.dirty = True
+        self.wake.set()
+
+    def next_request(self, refresh_after: Optional[float] = None) -> Optional[ViewRequest]:
+        """The browser to render for next: one whose camera or settings changed, else (when
+        ``refresh_after`` is given) the one whose image is oldest, if older than that many seconds."""
+        now = time.monotonic()
+        with self._lock:
+            items = list(self._clients.items())
+        dirty = [(s.last_sent, cid) for cid, s in items if s.dirty or s.png]
+        if dirty:
+            chosen = min(dirty)[1]
+        elif refresh_after is not None and items:
+            last_sent, chosen = min((s.last_sent, cid) for cid, s in items)
+            if now - last_sent < refresh_after:
+                return None
+        else:
+            return None
+        pose = self._pose(chosen)
+        if pose is None:
+            return None
+        return ViewRequest(chosen, pose, self.settings.mode, int(self.settings.resolution))
+
+    def _pose(self, client_id: int) -> Optional[ViewPose]:
+        client = self.server.get_clients().get(client_id)
+        if client is None:
+            return None
+        camera = client.camera
+        try:
+            height = max(1, int(camera.image_height))
+            w, x, y, z = (float(v) for v in camera.wxyz)
+            px, py, pz = (float(v) for v in camera.position)
+            return ViewPose((w, x, y, z), (px, py, pz), float(camera.fov), int(camera.image_width) / height)
+        except AssertionError:  # no camera message from this browser yet
+            return None
+
+    def send(self, request: ViewRequest, image: np.ndarray, jpeg_quality: int = 90) -> bool:
+        """Show ``image`` in the browser that asked; returns True when it wanted a PNG saved too."""
+        with self._lock:
+            state = self._clients.get(request.client_id)
+            if state is None:
+                return False
+            state.dirty = False
+            state.last_sent = time.monotonic()
+            wants_png, state.png = state.png, False
+        client = self.server.get_clients().get(request.client_id)
+        if client is not None:
+            client.scene.set_background_image(image, format="jpeg", jpeg_quality=jpeg_quality)
+        return wants_png
+
+    def notify(self, client_id: Optional[int], title: str, body: str) -> None:
+        """A notification in one browser (None: all)."""
+        clients = self.server.get_clients()
+        targets = clients.values() if client_id is None else [c for cid, c in clients.items() if cid == client_id]
+        for client in targets:
+            client.add_notification(title, body, auto_close_seconds=5.0)
+
+    def offer_download(self, client_id: int, filename: str, content: bytes) -> None:
+        client = self.server.get_clients().get(client_id)
+        if client is not None:
+            client.send_file_download(filename, content)
+
+    def _on_png(self, event) -> None:
+        with self._lock:
+            state = self._clients.get(event.client_id)
+            if state is not None:
+                state.png = True
+        self.wake.set()
+
+    # -- pause and checkpoint ------------------------------------------------------------
+    @property
+    def paused(self) -> bool:
+        return self._paused.is_set()
+
+    def set_paused(self, paused: bool) -> None:
+        """Pause (or resume) training; the buttons follow."""
+        if paused:
+            self._paused.set()
+        else:
+            self._paused.clear()
+        if self.training:
+            self.pause_button.disabled = paused
+            self.resume_button.disabled = not paused
+        self.wake.set()
+
+    def request_save(self) -> None:
+        """What "Save checkpoint now" does: the owner saves at its next chance."""
+        self.save_requested = True
+        self.wake.set()
+
+    def take_save_request(self) -> bool:
+        """True once after "save checkpoint now" was pressed."""
+        requested, self.save_requested = self.save_requested, False
+        return requested
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            with _quiet():
+                self.server.stop()
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    with contextlib.redirect_stdout(io.StringIO()):
+        yield
+
+
+def wait_for(event: threading.Event, seconds: float) -> None:
+    """Wait on ``event`` at most ``seconds``, then clear it."""
+    event.wait(seconds)
+    event.clear()
