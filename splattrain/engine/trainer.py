@@ -20,7 +20,7 @@ from ..errors import ConfigError, UserError
 from ..hooks.base import Hook
 from ..hooks.dispatch import HookDispatcher
 from ..io.atomic import atomic_link, atomic_write_text
-from ..io.ply import read_ply_gaussians
+from ..io.gaussians_file import read_gaussians_file
 from ..losses import photometric_loss
 from ..metrics import Evaluator, mean_metrics
 from ..model.gaussians import GaussianModel, degree_for_step
@@ -117,7 +117,7 @@ class DefaultTrainer:
     def _model_from_ply(self, init) -> GaussianModel:
         if init.type != "auto":
             raise ConfigError(f"model.init.ply is set, so model.init.type must be 'auto', not {init.type!r}")
-        params, degree = read_ply_gaussians(init.ply)
+        params, degree = read_gaussians_file(init.ply)
         wanted = self.cfg.model.sh_degree
         if degree > wanted:
             raise ConfigError(f"model.init.ply '{init.ply}' has SH degree {degree}; set model.sh_degree={degree}")
