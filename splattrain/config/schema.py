@@ -133,8 +133,9 @@ class LossConfig:
 class MetricsConfig:
     """Validation metrics."""
 
-    lpips: bool = True  # computed when the lpips package and its weights are available
-    lpips_net: str = "alex"  # alex | vgg | squeeze
+    lpips: bool = True  # computed when its weight files are found (README, LPIPS); never downloaded
+    lpips_net: str = "alex"  # alex | vgg
+    lpips_weights: Optional[str] = None  # folder with the backbone and linear-layer files, looked in first
 
 
 @dataclass

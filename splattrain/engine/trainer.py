@@ -147,7 +147,8 @@ class DefaultTrainer:
         self._open_run_dir()
         try:
             self._print_header()
-            self.evaluator = Evaluator(self.cfg.metrics.lpips, self.cfg.metrics.lpips_net, self.device, self.console.warning)
+            self.evaluator = Evaluator(self.cfg.metrics.lpips, self.cfg.metrics.lpips_net, self.device,
+                                       self.console.warning, self.cfg.metrics.lpips_weights)
             self.call_hook("before_run")
             if resume is not None:
                 self.load_checkpoint(resume)
@@ -228,7 +229,8 @@ class DefaultTrainer:
     def validate(self) -> Dict[str, Any]:
         """Render every test view, score it, and return the mean metrics."""
         if self.evaluator is None:
-            self.evaluator = Evaluator(self.cfg.metrics.lpips, self.cfg.metrics.lpips_net, self.device, self.console.warning)
+            self.evaluator = Evaluator(self.cfg.metrics.lpips, self.cfg.metrics.lpips_net, self.device, self.console.warning,
+                                       self.cfg.metrics.lpips_weights)
         self.call_hook("before_val")
         sh_degree = degree_for_step(self.step, self.step_settings.sh_degree_interval, self.step_settings.sh_degree)
         per_view: List[Dict[str, Any]] = []
