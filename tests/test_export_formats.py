@@ -156,3 +156,17 @@ def test_a_compressed_scene_initialises_a_run(trained, tmp_path, fmt):
         assert torch.equal(trainer.model.params[key].detach(), expected[key]), key
     results = trainer.train()
     assert math.isfinite(results["psnr"]) and results["num_gaussians"] > 0
+
+
+def test_compressed_ply_rotations_for_every_largest_component(tmp_path):
+    quats = torch.tensor([[0.9, 0.1, -0.3, 0.2], [0.1, -0.9, 0.3, 0.2], [-0.2, 0.1, 0.9, 0.3], [0.3, 0.2, -0.1, -0.9]])
+    n = len(quats)
+    params = {"means": torch.arange(3 * n, dtype=torch.float32).reshape(n, 3), "scales": torch.full((n, 3), -2.0),
+              "quats": quats, "opacities": torch.zeros(n), "sh0": torch.zeros(n, 1, 3), "shN": torch.zeros(n, 0, 3)}
+    from splattrain.io.gaussians_file import write_gaussians_file
+
+    write_gaussians_file(tmp_path / "q.ply", params, "ply-compressed")
+    back, _ = read_gaussians_file(tmp_path / "q.ply")
+    order = [int(torch.cdist(m[None], params["means"]).argmin()) for m in back["means"]]
+    expected = torch.nn.functional.normalize(quats[order], dim=-1)
+    assert torch.allclose((expected * back["quats"]).sum(-1).abs(), torch.ones(n), atol=1e-5)

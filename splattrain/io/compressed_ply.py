@@ -78,7 +78,7 @@ def _unpack_rotation(value: np.ndarray) -> np.ndarray:
     c = (_unorm(value, 10) - 0.5) * norm
     m = np.sqrt(np.maximum(0.0, 1.0 - (a * a + b * b + c * c)))
     largest = (value >> 30).astype(np.int64)
-    order = np.array([[0, 1, 2, 3], [1, 0, 2, 3], [1, 2, 0, 3], [1, 2, 3, 0]])  # where m, a, b, c go
+    order = np.array([[0, 1, 2, 3], [1, 0, 2, 3], [2, 0, 1, 3], [3, 0, 1, 2]])  # where m, a, b, c go
     stacked = np.stack([m, a, b, c], axis=1)
     out = np.empty_like(stacked)
     rows = np.arange(len(value))[:, None]
@@ -110,7 +110,7 @@ def compressed_ply_to_gaussians(ply: PlyFile, name: str) -> Tuple[Dict[str, Tens
     if {"min_r", "max_r"} <= names:
         lo, hi = bounds("", "rgb")
         rgb = lo + rgb * (hi - lo)
-    alpha = np.clip(rgba[:, 3], 1e-12, 1.0 - 1e-12)
+    alpha = np.clip(rgba[:, 3].astype(np.float64), 1e-12, 1.0 - 1e-12)
     opacities = np.clip(np.log(alpha / (1.0 - alpha)), -_MAX_LOGIT, _MAX_LOGIT)
     quats = _unpack_rotation(vertex["packed_rotation"])
     sh = ply.elements.get("sh")

@@ -58,7 +58,7 @@ def read_splat(path: str | Path) -> Dict[str, Tensor]:
     record = np.frombuffer(raw, dtype=_RECORD)
     n = len(record)
     rgba = record["rgba"].astype(np.float32) / 255.0
-    alpha = np.clip(rgba[:, 3], 1e-12, 1.0 - 1e-12)
+    alpha = np.clip(rgba[:, 3].astype(np.float64), 1e-12, 1.0 - 1e-12)
     quats = (record["rot"].astype(np.float32) - 128.0) / 128.0
     return {
         "means": torch.from_numpy(record["pos"].astype(np.float32)),
