@@ -66,10 +66,8 @@ def read_gaussians_file_full(path: str | Path) -> GaussiansFile:
         else:
             raise DataError(f"{path}: a PLY without a 'vertex' element")
         return GaussiansFile(params, degree, antialiased)
-    if head[:2] == b"\x1f\x8b":
+    if head[:2] == b"\x1f\x8b" or head == b"NGSP":  # SPZ: gzip (versions 2, 3) or version 4
         return GaussiansFile(*read_spz(path))
-    if head == b"NGSP":
-        raise DataError(f"{path}: SPZ version 4 (zstd) is not supported yet; convert it to version 3 or PLY")
     if path.suffix.lower() == ".splat":
         return GaussiansFile(read_splat(path), 0, False)
     raise DataError(f"{path}: not a PLY, compressed PLY, SPZ or .splat file")

@@ -10,8 +10,9 @@ fixed point), alphas (sigmoid x 255), colours (the degree-0 SH coefficient x 0.1
 127.5), scales (log scale + 10) x 16, rotations (smallest three, 4 bytes), higher-order SH
 (coefficient-major, channel inner, 5 bits for degree 1 and 4 bits above).
 
-SPZ stores right-up-back coordinates; splattrain's (and the 3DGS PLY's) are right-down-forward,
-so y and z are flipped on the way in and out, with the matching quaternion and SH signs.
+Axes are stored as they are, as in the PLY: this is what the reference library's own PLY
+converter (``ply_to_spz``) and PlayCanvas's splat-transform write and read, so an SPZ and a PLY
+of one scene show the same way in viewers (the tests hold the encoder to ``ply_to_spz``'s bytes).
 """
 
 from __future__ import annotations
@@ -37,13 +38,9 @@ COLOR_SCALE = 0.15
 SH1_BITS, SH_REST_BITS = 5, 4
 _SQRT1_2 = 0.7071067811865476
 _HEADER = struct.Struct("<IIIBBBB")
+_HEADER_V4 = struct.Struct("<IIIBBBBI12x")
 _MAX_LOGIT = 12.0
 
-#: Sign flips between right-down-forward and right-up-back (x kept, y and z flipped), from the
-#: reference library's coordinate converter with x = 1, y = z = -1.
-_FLIP_P = np.array([1.0, -1.0, -1.0], np.float32)
-_FLIP_Q_XYZ = np.array([1.0, -1.0, -1.0], np.float32)  # (y*z, x*z, x*y) on the quaternion's x, y, z
-_FLIP_SH = np.array([-1, -1, 1, -1, 1, 1, -1, 1, -1, 1, -1, -1, 1, -1, 1], np.float32)
 
 
 class SpzScene(NamedTuple):
@@ -115,7 +112,7 @@ def encode_spz(params: Dict[str, Tensor], antialiased: bool = False) -> bytes:
     degree = int(round(math.sqrt(shN.shape[1] + 1))) - 1
     if _sh_dim(degree) != shN.shape[1] or degree > 3:
         raise DataError(f"SPZ: {shN.shape[1]} higher-order SH coefficients are not a whole degree <= 3")
-    fixed = _round(means * _FLIP_P * np.float32(1 << FRACTIONAL_BITS)).astype(np.int64)
+    fixed = _round(means * np.float32(1 << FRACTIONAL_BITS)).astype(np.int64)
     if np.abs(fixed).max(initial=0) >= 1 << 23:
         limit = (1 << 23) / (1 << FRACTIONAL_BITS)
         raise DataError(f"SPZ: positions must lie within +-{limit:g} (24-bit fixed point)")
@@ -126,11 +123,10 @@ def encode_spz(params: Dict[str, Tensor], antialiased: bool = False) -> bytes:
     colors = _to_uint8(sh0 * np.float32(COLOR_SCALE * 255.0) + np.float32(0.5 * 255.0))
     scales = _to_uint8((params["scales"].detach().cpu().float().numpy() + np.float32(10.0)) * np.float32(16.0))
     wxyz = params["quats"].detach().cpu().float().numpy()
-    xyzw = np.concatenate([wxyz[:, 1:] * _FLIP_Q_XYZ, wxyz[:, :1]], axis=1)
+    xyzw = np.concatenate([wxyz[:, 1:], wxyz[:, :1]], axis=1)
     rotations = _pack_quaternions(xyzw)
-    sh = shN * _FLIP_SH[: shN.shape[1], None]
     packed_sh = np.concatenate(
-        [_quantize_sh(sh[:, :3], SH1_BITS), _quantize_sh(sh[:, 3:], SH_REST_BITS)], axis=1
+        [_quantize_sh(shN[:, :3], SH1_BITS), _quantize_sh(shN[:, 3:], SH_REST_BITS)], axis=1
     ) if degree > 0 else np.zeros((n, 0, 3), np.uint8)
     header = _HEADER.pack(MAGIC, VERSION, n, degree, FRACTIONAL_BITS, FLAG_ANTIALIASED if antialiased else 0, 0)
     parts = [positions, alphas, colors.reshape(-1), scales.reshape(-1), rotations.reshape(-1), packed_sh.reshape(-1)]
@@ -144,30 +140,65 @@ def write_spz(path: str | Path, params: Dict[str, Tensor], antialiased: bool = F
 
 
 def decode_spz(data: bytes, name: str = "SPZ data") -> SpzScene:
-    """Raw parameters from an uncompressed SPZ payload of version 2 or 3."""
+    """Raw parameters from an uncompressed (gunzipped) SPZ payload of version 2 or 3."""
     if len(data) < _HEADER.size:
         raise DataError(f"{name}: too short for an SPZ header")
     magic, version, n, degree, frac_bits, flags, _ = _HEADER.unpack_from(data)
     if magic != MAGIC:
         raise DataError(f"{name}: not an SPZ file (bad magic)")
     if version not in (2, 3):
-        raise DataError(f"{name}: SPZ version {version} is not supported (2 and 3 are)")
-    if degree > 3:
-        raise DataError(f"{name}: SH degree {degree} is not supported (at most 3)")
-    dim = _sh_dim(degree)
-    rot_bytes = 4 if version >= 3 else 3
-    sizes = [n * 9, n, n * 3, n * 3, n * rot_bytes, n * dim * 3]
+        raise DataError(f"{name}: SPZ version {version} in a gzip file is not supported (2 and 3 are)")
+    sizes = _stream_sizes(name, version, n, degree)
     if len(data) < _HEADER.size + sum(sizes):
         raise DataError(f"{name}: truncated ({len(data)} bytes, {_HEADER.size + sum(sizes)} expected)")
-    buf = np.frombuffer(data, np.uint8, offset=_HEADER.size)
-    offsets = np.cumsum([0] + sizes)
-    pos_raw, alpha_raw, color_raw, scale_raw, rot_raw, sh_raw = (
-        buf[offsets[i] : offsets[i + 1]] for i in range(6)
-    )
+    offsets = np.cumsum([_HEADER.size] + sizes)
+    streams = [data[offsets[i] : offsets[i + 1]] for i in range(6)]
+    return _decode_streams(streams, version, n, degree, frac_bits, flags)
+
+
+def decode_spz_v4(data: bytes, name: str = "SPZ data") -> SpzScene:
+    """Raw parameters from a version 4 SPZ file: a 32-byte header, a table of contents and one
+    zstd frame per attribute stream (needs the ``zstandard`` package)."""
+    if len(data) < _HEADER_V4.size:
+        raise DataError(f"{name}: too short for an SPZ header")
+    magic, version, n, degree, frac_bits, flags, num_streams, toc = _HEADER_V4.unpack_from(data)
+    if magic != MAGIC or version != 4:
+        raise DataError(f"{name}: not an SPZ version 4 file (magic {magic:#x}, version {version})")
+    if num_streams < 6 or len(data) < toc + 16 * num_streams:
+        raise DataError(f"{name}: SPZ table of contents is truncated or lists {num_streams} streams (6 needed)")
+    try:
+        import zstandard
+    except ImportError:
+        raise DataError(f"{name}: reading SPZ version 4 needs the 'zstandard' package (pip install zstandard)") from None
+    sizes = _stream_sizes(name, version, n, degree)
+    offset = toc + 16 * num_streams
+    streams = []
+    for index in range(6):
+        packed, unpacked = struct.unpack_from("<QQ", data, toc + 16 * index)
+        if unpacked != sizes[index] or offset + packed > len(data):
+            raise DataError(f"{name}: SPZ stream {index} is {unpacked} bytes, {sizes[index]} expected, or truncated")
+        try:
+            streams.append(zstandard.ZstdDecompressor().decompress(data[offset : offset + packed], max_output_size=unpacked))
+        except zstandard.ZstdError as err:
+            raise DataError(f"{name}: SPZ stream {index} does not decompress ({err})") from None
+        offset += packed
+    return _decode_streams(streams, version, n, degree, frac_bits, flags)
+
+
+def _stream_sizes(name: str, version: int, n: int, degree: int) -> list:
+    """Bytes of the positions, alphas, colours, scales, rotations and SH streams."""
+    if degree > 3:
+        raise DataError(f"{name}: SH degree {degree} is not supported (at most 3)")
+    return [n * 9, n, n * 3, n * 3, n * (4 if version >= 3 else 3), n * _sh_dim(degree) * 3]
+
+
+def _decode_streams(streams: list, version: int, n: int, degree: int, frac_bits: int, flags: int) -> SpzScene:
+    pos_raw, alpha_raw, color_raw, scale_raw, rot_raw, sh_raw = (np.frombuffer(s, np.uint8) for s in streams)
+    dim = _sh_dim(degree)
     b = pos_raw.reshape(n, 3, 3).astype(np.int32)
     fixed = b[..., 0] | (b[..., 1] << 8) | (b[..., 2] << 16)
     fixed = np.where(fixed & 0x800000, fixed - (1 << 24), fixed)
-    means = fixed.astype(np.float32) / np.float32(1 << frac_bits) * _FLIP_P
+    means = fixed.astype(np.float32) / np.float32(1 << frac_bits)
     # The reference decoder's logit is infinite for alpha 0 and 255; clipping it keeps the
     # parameters trainable and changes sigmoid(opacity) by less than 1e-5.
     alpha = alpha_raw.astype(np.float32) / np.float32(255.0)
@@ -180,8 +211,8 @@ def decode_spz(data: bytes, name: str = "SPZ data") -> SpzScene:
     else:
         xyz = rot_raw.reshape(n, 3).astype(np.float32) / 127.5 - 1.0
         xyzw = np.concatenate([xyz, np.sqrt(np.maximum(0.0, 1.0 - (xyz**2).sum(1, keepdims=True)))], axis=1)
-    wxyz = np.concatenate([xyzw[:, 3:], xyzw[:, :3] * _FLIP_Q_XYZ], axis=1)
-    shN = (sh_raw.reshape(n, dim, 3).astype(np.float32) - 128.0) / 128.0 * _FLIP_SH[:dim, None]
+    wxyz = np.concatenate([xyzw[:, 3:], xyzw[:, :3]], axis=1)
+    shN = (sh_raw.reshape(n, dim, 3).astype(np.float32) - 128.0) / 128.0
     params = {
         "means": torch.from_numpy(np.ascontiguousarray(means, np.float32)),
         "scales": torch.from_numpy(np.ascontiguousarray(scales, np.float32)),
@@ -194,10 +225,13 @@ def decode_spz(data: bytes, name: str = "SPZ data") -> SpzScene:
 
 
 def read_spz(path: str | Path) -> SpzScene:
-    """Read a gzip-compressed SPZ file (version 2 or 3)."""
+    """Read an SPZ file: gzip-compressed (versions 2 and 3) or version 4 (zstd streams)."""
     path = Path(path)
+    raw = path.read_bytes()
+    if raw[:4] == b"NGSP":
+        return decode_spz_v4(raw, str(path))
     try:
-        data = gzip.decompress(path.read_bytes())
+        data = gzip.decompress(raw)
     except (OSError, EOFError) as err:
         raise DataError(f"{path}: not a gzip-compressed SPZ file ({err})") from None
     return decode_spz(data, str(path))
