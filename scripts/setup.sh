@@ -15,3 +15,8 @@ if ! python -c "import torch" >/dev/null 2>&1; then
   python -m pip install --quiet "torch==${SPLATTRAIN_TORCH_VERSION:-2.13.0}"
 fi
 python -m pip install --quiet -e ".[test]"
+# The dvclive writer's tests use the real package. dvclive's dvc pins hydra-core, which caps
+# omegaconf below 2.4; the writer does not use hydra, so omegaconf is put back to the version
+# splattrain is tested with (pip reports the hydra-core conflict; it is expected).
+python -m pip install --quiet "dvclive>=3.40"
+python -m pip install --quiet --upgrade "omegaconf>=2.4"

@@ -51,9 +51,10 @@ def _parser() -> argparse.ArgumentParser:
     rd.add_argument("--fps", type=int, default=15)
     rd.add_argument("--out", help="output folder (default RUN_DIR/renders/<path>_step_XXXXXX)")
     rd.add_argument("--device", default="auto")
-    ex = sub.add_parser("export", help="write a trained scene as .ply or .splat")
+    ex = sub.add_parser("export", help="write a trained scene as .ply, compressed .ply, .spz or .splat")
     ex.add_argument("target", metavar="RUN_DIR|CKPT", help=target_help)
-    ex.add_argument("--format", choices=["ply", "splat"], default="ply")
+    ex.add_argument("--format", choices=["ply", "splat", "spz", "ply-compressed"], default="ply")
+    ex.add_argument("--sh-degree", type=int, default=None, help="keep SH up to this degree (default: all)")
     ex.add_argument("--out", help="output file (default RUN_DIR/export/step_XXXXXX.<format>)")
     ex.add_argument("--world-frame", choices=["normalized", "original"], default=None,
                     help="'original' undoes the scene normalisation applied at load (default: export.world_frame)")
@@ -135,7 +136,8 @@ def _export(args: argparse.Namespace) -> int:
     from .commands.export import export
     from .console import Console
 
-    export(args.target, Console(), fmt=args.format, out=args.out, world_frame=args.world_frame)
+    export(args.target, Console(), fmt=args.format, out=args.out, world_frame=args.world_frame,
+           sh_degree=args.sh_degree)
     return 0
 
 

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
 from torch import Tensor
 
-from .losses.ssim import masked_ssim, ssim_nhwc
-
-#: torchvision checkpoint file each LPIPS backbone needs in torch's hub cache.
-LPIPS_BACKBONE_FILES = {
-    "alex": "alexnet-owt-7be5be79.pth",
-    "vgg": "vgg16-397923af.pth",
-    "squeeze": "squeezenet1_1-b8a52dc0.pth",
-}
+from .losses import masked_ssim, ssim_nhwc
+from .lpips_net import build_lpips
 
 
 def psnr(pred: Tensor, target: Tensor, mask: Optional[Tensor] = None) -> float:
@@ -29,38 +22,15 @@ def psnr(pred: Tensor, target: Tensor, mask: Optional[Tensor] = None) -> float:
 
 
 class LPIPSMetric:
-    """LPIPS through the ``lpips`` package, only when it imports and its weights are on disk.
+    """LPIPS computed by splattrain's own network (torch only), when its weight files are on disk.
 
-    It never downloads anything: when the package or the backbone weights are missing,
-    ``available`` is False and ``reason`` says why.
+    It never downloads anything: when a weight file is missing, ``available`` is False and
+    ``reason`` names the files looked for and where to put them.
     """
 
-    def __init__(self, net: str = "alex", device: torch.device | str = "cpu") -> None:
-        self.model: Optional[torch.nn.Module] = None
-        self.reason = ""
-        if net not in LPIPS_BACKBONE_FILES:
-            self.reason = f"unknown LPIPS network {net!r} (use one of {', '.join(LPIPS_BACKBONE_FILES)})"
-            return
-        try:
-            import lpips
-        except Exception as err:  # lpips pulls torchvision, which may fail to import for many reasons
-            detail = str(err).splitlines()[0] if str(err) else type(err).__name__
-            self.reason = (
-                f"the lpips package cannot be imported ({detail}); "
-                "install splattrain[lpips] with a torchvision that matches your torch"
-            )
-            return
-        weights = Path(torch.hub.get_dir()) / "checkpoints" / LPIPS_BACKBONE_FILES[net]
-        if not weights.is_file():
-            self.reason = (
-                f"LPIPS backbone weights not found at {weights}; splattrain does not download them. "
-                f"Fetch them once with: python -c \"import lpips; lpips.LPIPS(net='{net}')\""
-            )
-            return
-        try:
-            self.model = lpips.LPIPS(net=net, verbose=False).to(device).eval()
-        except Exception as err:
-            self.reason = f"LPIPS could not be built ({type(err).__name__}: {err})"
+    def __init__(self, net: str = "alex", device: torch.device | str = "cpu", weights: Optional[str] = None) -> None:
+        model, self.reason = build_lpips(net, weights)
+        self.model: Optional[torch.nn.Module] = model.to(device) if model is not None else None
 
     @property
     def available(self) -> bool:
@@ -68,19 +38,22 @@ class LPIPSMetric:
 
     @torch.no_grad()
     def __call__(self, pred: Tensor, target: Tensor) -> Optional[float]:
-        """LPIPS of [C,H,W,3] images in [0,1], or None when unavailable."""
+        """Mean LPIPS of [C,H,W,3] images in [0,1], or None when unavailable."""
         if self.model is None:
             return None
-        x = pred.clamp(0, 1).permute(0, 3, 1, 2)
-        y = target.permute(0, 3, 1, 2)
-        return float(self.model(x, y, normalize=True).mean())
+        x = pred.clamp(0, 1).permute(0, 3, 1, 2) * 2 - 1
+        y = target.clamp(0, 1).permute(0, 3, 1, 2) * 2 - 1
+        return float(self.model(x, y).mean())
 
 
 class Evaluator:
     """Scores rendered views against ground truth; warns once when LPIPS is unavailable."""
 
-    def __init__(self, lpips: bool, lpips_net: str, device: torch.device, warn: Callable[[str], None]) -> None:
-        self.lpips = LPIPSMetric(lpips_net, device) if lpips else None
+    def __init__(
+        self, lpips: bool, lpips_net: str, device: torch.device, warn: Callable[[str], None],
+        lpips_weights: Optional[str] = None,
+    ) -> None:
+        self.lpips = LPIPSMetric(lpips_net, device, lpips_weights) if lpips else None
         if self.lpips is not None and not self.lpips.available:
             warn(f"LPIPS disabled, reported as null: {self.lpips.reason}")
 

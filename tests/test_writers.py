@@ -9,6 +9,7 @@ import io
 import json
 import re
 import sqlite3
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,7 +25,7 @@ from splattrain.config import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer
 from splattrain.errors import ConfigError
-from splattrain.writers import WriterGroup
+from splattrain.writers import WriterGroup, check_writer_spec
 from splattrain.writers.grids import validation_grid
 from splattrain.writers.jsonl import JsonlWriter
 
@@ -252,3 +253,73 @@ def test_list_writers_describes_every_builtin(capsys):
     for name in ["tensorboard", "jsonl", "csv", "image", "wandb", "mlflow"]:
         assert re.search(rf"│ {name}\s+│ \S", out), name
     assert "Weights & Biases" in out and "MLflow run" in out
+
+
+def test_dvclive_writer_against_the_real_package(tmp_path, monkeypatch):
+    import yaml
+
+    from splattrain.writers.dvclive_writer import DvcliveWriter
+
+    monkeypatch.chdir(tmp_path)  # dvclive initialises DVC in the Git repository around the working directory
+    writer = DvcliveWriter(tmp_path / "run")
+    writer.write_config({"trainer": {"max_steps": 30}, "name": "t"}, "name: t\n")
+    writer.write_scalars({"train/loss": 0.5, "val/psnr": float("nan")}, 10)
+    writer.write_scalars({"train/loss": 0.25, "val/psnr": 21.5}, 20)
+    writer.write_image("val/r_0", np.full((4, 5, 3), 0.5, np.float32), 20)
+    writer.flush()
+    writer.close()
+    live = tmp_path / "run" / "dvclive"
+    rows = (live / "plots" / "metrics" / "train" / "loss.tsv").read_text().split()
+    assert rows == ["step", "loss", "10", "0.5", "20", "0.25"]
+    assert (live / "plots" / "metrics" / "val" / "psnr.tsv").read_text().split() == ["step", "psnr", "20", "21.5"]
+    assert json.loads((live / "metrics.json").read_text()) == {"train": {"loss": 0.25}, "val": {"psnr": 21.5}, "step": 20}
+    assert yaml.safe_load((live / "params.yaml").read_text()) == {"trainer": {"max_steps": 30}, "name": "t"}
+    assert "plots/metrics" in (live / "dvc.yaml").read_text()
+    image = np.asarray(Image.open(live / "plots" / "images" / "val" / "r_0" / "000020.png"))
+    assert image.shape == (4, 5, 3) and int(image[0, 0, 0]) == 128
+
+
+def test_neptune_writer_offline_against_the_real_package(tmp_path):
+    from splattrain.writers.neptune_writer import NeptuneWriter
+
+    writer = NeptuneWriter(tmp_path / "run", tags=["demo"])
+    writer.write_config({"trainer": {"max_steps": 30}, "data": {"background": [1, 1, 1]}}, "name: t\n")
+    writer.write_scalars({"train/loss": 0.5, "val/psnr": float("inf")}, 10)
+    writer.write_scalars({"train/loss": 0.25}, 20)
+    writer.write_image("val/r_0", np.zeros((4, 5, 3), np.float32), 20)
+    writer.flush()
+    writer.close()
+    logs = list((tmp_path / "run" / ".neptune" / "offline").glob("run__*/data-1.log"))
+    assert len(logs) == 1
+    ops = [json.loads(line)["obj"] for line in logs[0].read_text().splitlines()]
+    floats = [(v["step"], v["value"]) for op in ops if op["type"] == "LogFloats" and op["path"] == ["train", "loss"]
+              for v in op["values"]]
+    assert floats == [(10, 0.5), (20, 0.25)]
+    assert not [op for op in ops if op["path"] == ["val", "psnr"]]  # inf skipped, like jsonl's null
+    assigned = {tuple(op["path"]): op.get("value") for op in ops if op["type"].startswith("Assign")}
+    assert assigned[("config", "trainer", "max_steps")] == 30 and assigned[("config", "data", "background")] == "[1, 1, 1]"
+    assert assigned[("config.yaml",)] == "name: t\n"
+    assert any(op["type"] == "LogImages" and op["path"] == ["val", "r_0"] for op in ops)
+
+
+def test_csv_and_jsonl_agree_on_non_finite_values(tmp_path):
+    from splattrain.writers.csv_writer import CsvWriter
+    from splattrain.writers.jsonl import JsonlWriter
+
+    scalars = {"a": 1.5, "b": float("nan"), "c": float("-inf")}
+    for cls in (CsvWriter, JsonlWriter):
+        writer = cls(tmp_path)
+        writer.write_scalars(scalars, 3)
+        writer.close()
+    row = json.loads((tmp_path / "metrics.jsonl").read_text())
+    with open(tmp_path / "scalars.csv", newline="") as handle:
+        cells = {r["tag"]: r["value"] for r in csv.DictReader(handle)}
+    assert row == {"step": 3, "a": 1.5, "b": None, "c": None}
+    assert cells == {"a": "1.5", "b": "", "c": ""}
+
+
+@pytest.mark.parametrize("name, module", [("dvclive", "dvclive"), ("neptune", "neptune")])
+def test_missing_dvclive_or_neptune_names_the_extra(monkeypatch, name, module):
+    monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(ConfigError, match=rf"splattrain\[{name}\]"):
+        check_writer_spec({"type": name})

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 
 from ..console import Console
 from ..io.atomic import atomic_path, atomic_write_text
@@ -37,7 +38,8 @@ def evaluate(
     snapshot = load_snapshot(target, device)
     out_dir = Path(out) if out is not None else snapshot.run_dir / "eval" / f"step_{snapshot.step:06d}"
     cfg = snapshot.cfg
-    evaluator = Evaluator(cfg.metrics.lpips if lpips is None else lpips, cfg.metrics.lpips_net, snapshot.device, console.warning)
+    evaluator = Evaluator(cfg.metrics.lpips if lpips is None else lpips, cfg.metrics.lpips_net, snapshot.device, console.warning,
+                          OmegaConf.select(cfg, "metrics.lpips_weights", default=None))
     renderer = snapshot.renderer(log=console.info, warn=console.warning)
     pipeline = snapshot.views(split)
     per_view: List[Dict[str, Any]] = []

@@ -1,4 +1,4 @@
-"""``splattrain export``: the scene as a standard 3DGS PLY or a compact .splat file."""
+"""``splattrain export``: the scene as a 3DGS PLY, a compressed PLY, an SPZ or a .splat file."""
 
 from __future__ import annotations
 
@@ -10,12 +10,9 @@ from omegaconf import OmegaConf
 
 from ..console import Console
 from ..errors import UserError
-from ..io.ply import write_ply
-from ..io.splat import write_splat
+from ..io.gaussians_file import FORMATS, truncate_sh, write_gaussians_file
 from ..model.transform import transform_gaussians
 from .snapshot import load_snapshot
-
-FORMATS = ("ply", "splat")
 
 
 def export(
@@ -24,11 +21,14 @@ def export(
     fmt: str = "ply",
     out: Optional[str | Path] = None,
     world_frame: Optional[str] = None,
+    sh_degree: Optional[int] = None,
 ) -> Path:
-    """Write the checkpoint's Gaussians as ``fmt``.
+    """Write the checkpoint's Gaussians as ``fmt`` (ply, splat, spz or ply-compressed).
 
     ``world_frame='original'`` undoes the scene normalisation applied at load; None uses
-    the run's ``export.world_frame``.
+    the run's ``export.world_frame``. ``sh_degree`` keeps SH up to that degree (default: all).
+    A run trained with ``renderer.rasterize_mode: antialiased`` is marked so where the
+    format has a place for it (SPZ flag, PLY header comment).
     """
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
@@ -44,7 +44,12 @@ def export(
             console.info("the run did not normalise its scene: the normalized and original frames are the same")
         else:
             params = transform_gaussians(params, torch.linalg.inv(torch.as_tensor(transform, dtype=torch.float64)))
-    path = Path(out) if out is not None else snapshot.run_dir / "export" / f"step_{snapshot.step:06d}.{fmt}"
-    (write_ply if fmt == "ply" else write_splat)(path, params)
-    console.info(f"wrote {snapshot.model.num_gaussians} Gaussians to {path} ({fmt}, {world_frame} frame)")
+    if sh_degree is not None:
+        params = truncate_sh(params, sh_degree)
+    antialiased = OmegaConf.select(snapshot.cfg, "renderer.rasterize_mode", default="classic") == "antialiased"
+    suffix = FORMATS[fmt]
+    path = Path(out) if out is not None else snapshot.run_dir / "export" / f"step_{snapshot.step:06d}.{suffix}"
+    write_gaussians_file(path, params, fmt, antialiased=antialiased)
+    size = path.stat().st_size / 2**20
+    console.info(f"wrote {snapshot.model.num_gaussians} Gaussians to {path} ({fmt}, {size:.2f} MiB, {world_frame} frame)")
     return path

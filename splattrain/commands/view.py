@@ -13,7 +13,7 @@ from ..console import Console
 from ..data.types import Frame
 from ..engine.setup import resolve_device
 from ..errors import UserError
-from ..io.ply import read_ply_gaussians
+from ..io.gaussians_file import read_gaussians_file
 from ..model.gaussians import GaussianModel
 from ..render import Renderer, build_renderer
 from ..viewer.camera import ViewPose, matrix_to_quat
@@ -51,13 +51,14 @@ def parse_background(text: str) -> List[float]:
 
 def load_viewed_scene(target: str | Path, console: Console, device: str = "auto",
                       background: Optional[str] = None, out: Optional[str] = None) -> ViewedScene:
-    """A PLY (by its suffix), else a run directory or checkpoint with its train and test cameras."""
+    """A scene file (.ply, compressed .ply, .spz, .splat: by its suffix), else a run directory or
+    checkpoint with its train and test cameras."""
     path = Path(target)
     resolved = resolve_device(device)
-    if path.suffix.lower() == ".ply":
+    if path.suffix.lower() in (".ply", ".spz", ".splat"):
         if not path.is_file():
             raise UserError(f"'{path}' is not a file")
-        params, degree = read_ply_gaussians(path)
+        params, degree = read_gaussians_file(path)
         colour = parse_background(background or "white")
         renderer = build_renderer({"type": "auto"}, resolved, log=console.debug, warn=console.warning)
         png_dir = Path(out) if out else path.parent / f"{path.stem}_views"

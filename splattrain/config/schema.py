@@ -54,7 +54,7 @@ class InitConfig:
     """How the Gaussians start."""
 
     type: str = "auto"  # auto (ply if set, points when the scene has them, else random) | points | random
-    ply: Optional[str] = None  # start from a 3DGS PLY (splattrain's or the original code's)
+    ply: Optional[str] = None  # start from a scene file: 3DGS PLY (any trainer), compressed PLY, .spz or .splat
     num_points: int = 10_000  # for random init
     extent: float = 1.3  # random init: half side of the cube around the scene centre, world units
     opacity: float = 0.1
@@ -102,8 +102,9 @@ class LossConfig:
 class MetricsConfig:
     """Validation metrics."""
 
-    lpips: bool = True  # computed when the lpips package and its weights are available
-    lpips_net: str = "alex"  # alex | vgg | squeeze
+    lpips: bool = True  # computed when its weight files are found (README, LPIPS); never downloaded
+    lpips_net: str = "alex"  # alex | vgg
+    lpips_weights: Optional[str] = None  # folder with the backbone and linear-layer files, looked in first
 
 
 @dataclass

@@ -10,7 +10,7 @@ from ..cameras import Camera
 from ..data.pipeline import focus_point
 from ..data.types import SceneData
 from ..errors import ConfigError
-from ..io.ply import read_ply_gaussians
+from ..io.gaussians_file import read_gaussians_file
 from ..model.gaussians import GaussianModel
 
 
@@ -46,7 +46,7 @@ def build_model(cfg, scene: SceneData, train_cameras: List[Camera], info: Callab
 def _model_from_ply(init, wanted: int, info: Callable[[str], None]) -> GaussianModel:
     if init.type != "auto":
         raise ConfigError(f"model.init.ply is set, so model.init.type must be 'auto', not {init.type!r}")
-    params, degree = read_ply_gaussians(init.ply)
+    params, degree = read_gaussians_file(init.ply)
     if degree > wanted:
         raise ConfigError(f"model.init.ply '{init.ply}' has SH degree {degree}; set model.sh_degree={degree}")
     n = params["means"].shape[0]

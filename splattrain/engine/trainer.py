@@ -111,7 +111,7 @@ class DefaultTrainer:
         self.writers = run_files.open_run_dir(self)
         try:
             run_files.print_header(self)
-            self.evaluator = Evaluator(self.cfg.metrics.lpips, self.cfg.metrics.lpips_net, self.device, self.console.warning)
+            self.evaluator = self._evaluator()
             self.call_hook("before_run")
             if resume is not None:
                 self.load_checkpoint(resume)
@@ -185,7 +185,7 @@ class DefaultTrainer:
     def validate(self) -> Dict[str, Any]:
         """Render every test view, score it, and return the mean metrics."""
         if self.evaluator is None:
-            self.evaluator = Evaluator(self.cfg.metrics.lpips, self.cfg.metrics.lpips_net, self.device, self.console.warning)
+            self.evaluator = self._evaluator()
         self.call_hook("before_val")
         sh_degree = degree_for_step(self.step, self.step_settings.sh_degree_interval, self.step_settings.sh_degree)
         per_view: List[Dict[str, Any]] = []
@@ -221,6 +221,10 @@ class DefaultTrainer:
         checkpoint = checkpointing.restore_checkpoint(self, source)
         self.call_hook("after_load_checkpoint", checkpoint)
         return checkpoint
+
+    def _evaluator(self) -> Evaluator:
+        metrics = self.cfg.metrics
+        return Evaluator(metrics.lpips, metrics.lpips_net, self.device, self.console.warning, metrics.lpips_weights)
 
     def _report_exception(self, error: BaseException) -> None:
         try:

@@ -1,13 +1,14 @@
-"""CheckPointHook: resumable checkpoints, the best one, and standard 3DGS PLY files."""
+"""CheckPointHook: resumable checkpoints, the best one, 3DGS PLY files and the published scene."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Union
 
 from ..checkpoint import save_checkpoint_file, step_checkpoints
 from ..errors import ConfigError
+from ..io.gaussians_file import FORMATS, write_gaussians_file
 from ..io.ply import write_ply
 from ..registry import HOOKS
 from .base import Hook, Priority
@@ -29,7 +30,9 @@ class CheckPointHook(Hook):
         ply_interval: write ply/step_XXXXXX.ply every N steps (None: with each checkpoint;
             0: only at the last step).
         publish: at the end, also write ckpt/published.pt (Gaussians and config, no optimizer
-            state) and scene.ply in the run directory.
+            state) and the scene in the run directory in each of ``publish_format``.
+        publish_format: one format or a list of them: ply (scene.ply), ply-compressed
+            (scene.compressed.ply), spz (scene.spz), splat (scene.splat).
         out_dir: folder for checkpoints (default: <run_dir>/ckpt).
     """
 
@@ -45,6 +48,7 @@ class CheckPointHook(Hook):
         rule: Optional[str] = None,
         ply_interval: Optional[int] = None,
         publish: bool = False,
+        publish_format: Union[str, List[str]] = "ply",
         out_dir: Optional[str] = None,
     ) -> None:
         super().__init__()
@@ -56,6 +60,10 @@ class CheckPointHook(Hook):
         self.greater = self._infer_rule(self.metric, rule)
         self.ply_interval = ply_interval
         self.publish = publish
+        self.publish_formats = [publish_format] if isinstance(publish_format, str) else list(publish_format)
+        unknown = [fmt for fmt in self.publish_formats if fmt not in FORMATS]
+        if unknown or not self.publish_formats:
+            raise ConfigError(f"CheckPointHook publish_format {unknown or publish_format!r}: use {', '.join(FORMATS)}")
         self.out_dir = out_dir
         self.best_value: Optional[float] = None
         self.best_step: Optional[int] = None
@@ -83,7 +91,7 @@ class CheckPointHook(Hook):
             self.save(trainer)
         ply_due = saved if self.ply_interval is None else (self.every_n_steps(trainer, self.ply_interval) or last)
         if ply_due:
-            write_ply(trainer.run_dir / "ply" / f"step_{step:06d}.ply", trainer.model.params)
+            write_ply(trainer.run_dir / "ply" / f"step_{step:06d}.ply", trainer.model.params, _antialiased(trainer))
 
     def after_val(self, trainer, metrics: Dict[str, Any]) -> None:
         if self.metric is None:
@@ -101,8 +109,11 @@ class CheckPointHook(Hook):
         if self.publish:
             state = {key: value for key, value in trainer.checkpoint_state().items() if key in _PUBLISHED_KEYS}
             save_checkpoint_file(state, trainer.checkpoint_dir / "published.pt")
-            write_ply(trainer.run_dir / "scene.ply", trainer.model.params)
-            trainer.console.info(f"published {trainer.checkpoint_dir / 'published.pt'} and {trainer.run_dir / 'scene.ply'}")
+            scenes = [trainer.run_dir / f"scene.{FORMATS[fmt]}" for fmt in self.publish_formats]
+            for fmt, path in zip(self.publish_formats, scenes):
+                write_gaussians_file(path, trainer.model.params, fmt, antialiased=_antialiased(trainer))
+            names = ", ".join(str(path) for path in scenes)
+            trainer.console.info(f"published {trainer.checkpoint_dir / 'published.pt'} and {names}")
 
     def save(self, trainer) -> Path:
         """Write the checkpoint for the current step and drop the oldest beyond ``max_keep``."""
@@ -125,3 +136,8 @@ class CheckPointHook(Hook):
 
 #: What a published checkpoint keeps: enough to evaluate, render and export.
 _PUBLISHED_KEYS = ("version", "step", "config", "sh_degree", "gaussians", "last_metrics", "world_transform")
+
+
+def _antialiased(trainer) -> bool:
+    """Whether the run renders with the antialiased rasterizer (marked in the exported files)."""
+    return getattr(trainer.renderer, "rasterize_mode", "classic") == "antialiased"

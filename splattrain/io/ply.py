@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List, NamedTuple
 
 import numpy as np
 from torch import Tensor
@@ -47,10 +47,19 @@ def gaussians_to_ply_array(params: Dict[str, Tensor]) -> np.ndarray:
     return out
 
 
-def write_ply(path: str | Path, params: Dict[str, Tensor]) -> None:
-    """Write Gaussians to ``path`` as a standard 3DGS PLY, atomically."""
+#: The header comment that marks a scene trained with the antialiased (mip-splatting) rasterizer.
+ANTIALIASED_COMMENT = "antialiased"
+
+
+def write_ply(path: str | Path, params: Dict[str, Tensor], antialiased: bool = False) -> None:
+    """Write Gaussians to ``path`` as a standard 3DGS PLY, atomically.
+
+    ``antialiased`` adds the header line ``comment antialiased`` for viewers that honour it.
+    """
     vertices = gaussians_to_ply_array(params)
-    header = ["ply", "format binary_little_endian 1.0", f"element vertex {len(vertices)}"]
+    header = ["ply", "format binary_little_endian 1.0"]
+    header += [f"comment {ANTIALIASED_COMMENT}"] if antialiased else []
+    header.append(f"element vertex {len(vertices)}")
     header += [f"property float {name}" for name in vertices.dtype.names]
     header.append("end_header")
     blob = ("\n".join(header) + "\n").encode("ascii")
@@ -69,8 +78,15 @@ _PLY_TYPES = {
 }
 
 
-def read_ply_vertices(path: str | Path) -> np.ndarray:
-    """The vertex element of a binary little-endian PLY as a structured array.
+class PlyFile(NamedTuple):
+    """The elements of a binary little-endian PLY (name -> structured array) and its comment lines."""
+
+    elements: Dict[str, np.ndarray]
+    comments: List[str]
+
+
+def read_ply(path: str | Path) -> PlyFile:
+    """Every element of a binary little-endian PLY without list properties.
 
     Raises DataError naming the file for other formats, list properties or short files.
     """
@@ -86,35 +102,52 @@ def read_ply_vertices(path: str | Path) -> np.ndarray:
     lines = raw[:end].decode("ascii", errors="replace").splitlines()
     if "format binary_little_endian 1.0" not in lines:
         raise DataError(f"{path}: only binary_little_endian PLY files are supported")
-    fields: list[tuple[str, str]] = []
-    count, in_vertex, seen_vertex = 0, False, False
+    layout: list[tuple[str, int, list[tuple[str, str]]]] = []
+    comments = []
     for line in lines:
         parts = line.split()
-        if parts[:1] == ["element"]:
-            if seen_vertex:
-                break  # elements after the vertices are not needed
-            in_vertex = parts[1] == "vertex"
-            if not in_vertex:
-                raise DataError(f"{path}: element '{parts[1]}' before the vertices is not supported")
-            count, seen_vertex = int(parts[2]), True
-        elif parts[:1] == ["property"] and in_vertex:
+        if parts[:1] == ["comment"]:
+            comments.append(line[len("comment") :].strip())
+        elif parts[:1] == ["element"] and len(parts) == 3:
+            layout.append((parts[1], int(parts[2]), []))
+        elif parts[:1] == ["property"] and layout:
             if parts[1] == "list" or parts[1] not in _PLY_TYPES:
-                raise DataError(f"{path}: unsupported vertex property '{line.strip()}'")
-            fields.append((parts[2], "<" + _PLY_TYPES[parts[1]]))
-    dtype = np.dtype(fields)
-    body = raw[end + len(b"end_header\n") :]
-    if len(body) < count * dtype.itemsize:
-        raise DataError(f"{path}: truncated ({len(body)} bytes of vertex data, {count * dtype.itemsize} expected)")
-    return np.frombuffer(body, dtype=dtype, count=count)
+                raise DataError(f"{path}: unsupported property '{line.strip()}' in element '{layout[-1][0]}'")
+            layout[-1][2].append((parts[2], "<" + _PLY_TYPES[parts[1]]))
+    elements: Dict[str, np.ndarray] = {}
+    offset = end + len(b"end_header\n")
+    for name, count, fields in layout:
+        dtype = np.dtype(fields)
+        if len(raw) - offset < count * dtype.itemsize:
+            raise DataError(
+                f"{path}: truncated ({len(raw) - offset} bytes of '{name}' data, {count * dtype.itemsize} expected)"
+            )
+        elements[name] = np.frombuffer(raw, dtype=dtype, count=count, offset=offset)
+        offset += count * dtype.itemsize
+    return PlyFile(elements, comments)
+
+
+def read_ply_vertices(path: str | Path) -> np.ndarray:
+    """The vertex element of a binary little-endian PLY as a structured array."""
+    from ..errors import DataError
+
+    elements = read_ply(path).elements
+    if "vertex" not in elements:
+        raise DataError(f"{path}: no 'vertex' element")
+    return elements["vertex"]
 
 
 def read_ply_gaussians(path: str | Path) -> tuple[Dict[str, Tensor], int]:
     """Raw Gaussian parameters and SH degree from a standard 3DGS PLY (splattrain's or the original's)."""
+    return vertices_to_gaussians(read_ply_vertices(path), path)
+
+
+def vertices_to_gaussians(vertices: np.ndarray, path: str | Path) -> tuple[Dict[str, Tensor], int]:
+    """Raw Gaussian parameters and SH degree from the vertex element of a standard 3DGS PLY."""
     import torch
 
     from ..errors import DataError
 
-    vertices = read_ply_vertices(path)
     names = set(vertices.dtype.names or ())
     required = ["x", "y", "z", "f_dc_0", "f_dc_1", "f_dc_2", "opacity", "scale_0", "scale_1", "scale_2",
                 "rot_0", "rot_1", "rot_2", "rot_3"]

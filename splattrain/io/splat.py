@@ -41,3 +41,30 @@ def write_splat(path: str | Path, params: Dict[str, Tensor]) -> None:
     """Write ``path`` in the .splat format, atomically."""
     blob = gaussians_to_splat_bytes(params)
     atomic_write_bytes(path, lambda handle: handle.write(blob))
+
+
+_RECORD = np.dtype([("pos", "<f4", 3), ("scale", "<f4", 3), ("rgba", "u1", 4), ("rot", "u1", 4)])
+_MAX_LOGIT = 12.0
+
+
+def read_splat(path: str | Path) -> Dict[str, Tensor]:
+    """Raw parameters (SH degree 0) from a .splat file (the inverse of :func:`gaussians_to_splat_bytes`)."""
+    from ..errors import DataError
+
+    path = Path(path)
+    raw = path.read_bytes()
+    if len(raw) % _RECORD.itemsize:
+        raise DataError(f"{path}: {len(raw)} bytes is not a whole number of 32-byte .splat records")
+    record = np.frombuffer(raw, dtype=_RECORD)
+    n = len(record)
+    rgba = record["rgba"].astype(np.float32) / 255.0
+    alpha = np.clip(rgba[:, 3].astype(np.float64), 1e-12, 1.0 - 1e-12)
+    quats = (record["rot"].astype(np.float32) - 128.0) / 128.0
+    return {
+        "means": torch.from_numpy(record["pos"].astype(np.float32)),
+        "scales": torch.from_numpy(np.log(np.maximum(record["scale"], 1e-30)).astype(np.float32)),
+        "quats": torch.from_numpy(quats),
+        "opacities": torch.from_numpy(np.clip(np.log(alpha / (1 - alpha)), -_MAX_LOGIT, _MAX_LOGIT).astype(np.float32)),
+        "sh0": torch.from_numpy(((rgba[:, :3] - 0.5) / SH_C0).astype(np.float32)).reshape(n, 1, 3),
+        "shN": torch.zeros(n, 0, 3),
+    }

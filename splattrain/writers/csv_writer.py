@@ -8,11 +8,13 @@ from typing import Mapping
 
 from ..registry import WRITERS
 from .base import Writer
+from .rows import scalar_row
 
 
 @WRITERS.register("csv", aliases=("CsvWriter",))
 class CsvWriter(Writer):
-    """Scalars as 'step,tag,value' rows in scalars.csv (long format, one row per scalar).
+    """Scalars as 'step,tag,value' rows in scalars.csv (long format, one row per scalar; nan and
+    inf leave the value empty, as the JSONL writer writes null).
 
     Load with ``pandas.read_csv(path).pivot_table(index="step", columns="tag", values="value")``.
     """
@@ -28,7 +30,7 @@ class CsvWriter(Writer):
             self._csv.writerow(["step", "tag", "value"])
 
     def write_scalars(self, scalars: Mapping[str, float], step: int) -> None:
-        self._csv.writerows([step, tag, float(value)] for tag, value in scalars.items())
+        self._csv.writerows([step, tag, "" if value is None else value] for tag, value in scalar_row(scalars).items())
         self._file.flush()
 
     def write_scalar(self, tag: str, value: float, step: int) -> None:

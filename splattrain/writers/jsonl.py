@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Mapping
 
 from ..registry import WRITERS
 from .base import Writer
+from .rows import scalar_row
 
 
 @WRITERS.register("jsonl", aliases=("JsonlWriter",))
 class JsonlWriter(Writer):
-    """Scalars as JSON lines {"step": N, tag: value, ...}, one line per logging call."""
+    """Scalars as JSON lines {"step": N, tag: value, ...}, one line per logging call (nan, inf: null)."""
 
     def __init__(self, run_dir: str | Path, filename: str = "metrics.jsonl") -> None:
         super().__init__(run_dir)
@@ -22,10 +22,7 @@ class JsonlWriter(Writer):
         self._file = open(self.path, "a", encoding="utf-8")
 
     def write_scalars(self, scalars: Mapping[str, float], step: int) -> None:
-        row = {"step": step}
-        for tag, value in scalars.items():
-            value = float(value)
-            row[tag] = value if math.isfinite(value) else None
+        row = {"step": step, **scalar_row(scalars)}
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
 
