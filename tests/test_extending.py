@@ -316,3 +316,14 @@ def test_list_trainers_strategies_and_losses_show_the_built_ins():
                         ("losses", ["l1", "l2", "dssim", "opacity_reg", "scale_reg", "depth"])]:
         result = run_cli("list", what)
         assert result.returncode == 0 and all(re.search(rf"^│ {n}\s", result.stdout, re.M) for n in names), result.stdout
+
+
+def test_readme_extending_example_is_a_valid_config(tmp_path, monkeypatch):
+    readme = (REPO / "README.md").read_text()
+    block = re.search(r"## Extending\n.*?```yaml\n(.*?)```", readme, re.S).group(1)
+    config = tmp_path / "cfg.yaml"
+    config.write_text(f"name: readme\ndata:\n  path: {DEMO}\n{block}")
+    monkeypatch.chdir(REPO)
+    cfg = load_config(config)
+    assert cfg.strategy.type == "tiny_prune" and [t["type"] for t in cfg.loss.terms][-1] == "depth_smoothness"
+    assert cfg.custom_hooks[0].type == "OpacityStatsHook"
