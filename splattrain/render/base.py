@@ -41,7 +41,9 @@ class Renderer(ABC):
     ``@RENDERERS.register("name")``; the ``renderer`` config section's keys are the
     constructor's options).
 
-    Subclasses implement :meth:`render`. Every backend returns the same :class:`RenderResult`
+    Subclasses implement :meth:`render`; the trainer calls it once per training micro-batch
+    (``depth`` True only when a loss term or ``trainer.render_depth`` asks) and once per test
+    view at validation (``depth`` True). Every backend returns the same :class:`RenderResult`
     with a gsplat-shaped ``info``, so every densification strategy works with every backend.
     Backends with ``supports_absgrad`` fill ``info["means2d"].absgrad`` when ``absgrad`` is set
     (the trainer sets it when the strategy asks for absolute gradients).

@@ -24,18 +24,23 @@ class Strategy:
     **options}``, each option checked against the fields). Per training step the trainer calls,
     in this order:
 
-    1. :meth:`step_pre_backward` once per rendered batch, after rendering and before
-       ``loss.backward()`` (e.g. to keep ``info["means2d"]``'s gradient);
-    2. :meth:`post_backward` once, after every batch's backward and before the optimizer step,
+    1. :meth:`step_pre_backward` once per rendered batch, after rendering and computing the
+       loss, before the ``before_backward`` hooks and ``loss.backward()`` (e.g. to keep
+       ``info["means2d"]``'s gradient);
+    2. :meth:`post_backward` once, after every batch's backward and the ``after_backward``
+       hooks, before the optimizer step (not at all when a hook set ``outputs["skip_update"]``),
        with the ``info`` of each rendered batch (gsplat's layout: ``means2d`` with its ``.grad``,
        ``radii`` [C, N, 2], ``width``, ``height``, ``n_cameras``: the step's total view count).
        It may add, remove or move Gaussians: it must do so through :mod:`splattrain.strategy.ops`
        (or :func:`ops.update_params_and_optimizers`) so parameters and optimizer state stay
        aligned, and report every row change with :meth:`reindexed`.
 
-    ``state`` is the dict :meth:`initialize_state` returned; the trainer keeps it, hands it to
-    every call and saves it in checkpoints (keep it to tensors, numbers, strings, lists and dicts).
-    Tensors in it with one row per Gaussian are listed by :meth:`per_gaussian` and follow every op.
+    ``state`` is the dict :meth:`initialize_state` returned; the trainer keeps it
+    (``trainer.strategy_state``), hands it to every call, saves it in checkpoints and restores it
+    on resume (keep it to tensors, numbers, strings, lists and dicts; the strategy object itself
+    is rebuilt from the config). The ops apply each row change to every tensor of the dict they
+    are given: tensors with one row per Gaussian are listed by :meth:`per_gaussian` (all of
+    them, by default) and follow every op; keep other values as Python numbers.
 
     Caps: a strategy that can bound the number of Gaussians sets ``supports_cap = True`` and has
     a ``max_gaussians`` field (0: no cap) that it honours when growing; hooks (MemoryBudgetHook)
