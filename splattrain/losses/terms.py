@@ -111,9 +111,10 @@ class ScaleRegularizer(LossTerm):
 
 @LOSSES.register("depth")
 class DepthLoss(LossTerm):
-    """Mean absolute error of the rendered expected depth against the view's depth map, over
-    pixels with a valid (> 0) target depth; ``relative`` divides by the target depth.
-    Needs a dataset with depth maps (``depths/`` beside the images)."""
+    """Mean absolute error of the rendered depth against the view's depth map (data.depths).
+
+    Over pixels with a valid (> 0) target depth; ``relative`` divides by the target depth.
+    Needs a dataset with depth maps (``depths/<view>.npy`` beside the images)."""
 
     needs_depth = True
 
