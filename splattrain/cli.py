@@ -29,6 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--config", required=True, help="YAML config file (see configs/)")
     fit.add_argument("--resume", nargs="?", const="latest", default=None, metavar="PATH",
                      help="continue from a checkpoint (default: ckpt/last.pt in the run directory)")
+    fit.add_argument("--overwrite", action="store_true",
+                     help="start afresh in a run directory that holds checkpoints, moving the old run aside")
     fit.add_argument("--dry-run", action="store_true",
                      help="build everything, check the writers, print the hooks, writers and config, exit")
     loudness = fit.add_mutually_exclusive_group()
@@ -83,7 +85,9 @@ def _fit(args: argparse.Namespace) -> int:
         console.table("writers", ["type", "class", "options"], _writer_rows(cfg.writers))
         console.print(escape(config_to_yaml(cfg)))
         return 0
-    results = trainer.train(resume=args.resume)
+    if args.overwrite and args.resume is not None:
+        raise UserError("--overwrite starts a new run; it cannot be combined with --resume")
+    results = trainer.train(resume=args.resume, overwrite=args.overwrite)
     shown = "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in results.items() if k != "per_view")
     console.open_log(trainer.run_dir / "log.txt")  # the trainer closed it; the last line belongs there too
     console.print(f"done: {shown}  ->  {trainer.run_dir / 'results.json'}")

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict
+from typing import TYPE_CHECKING, Any, Dict, Tuple
 
 import torch
 from omegaconf import OmegaConf
 
 from .. import __version__
-from ..checkpoint import CheckpointError, config_changes, find_resume_checkpoint, load_checkpoint_file
+from ..checkpoint import (
+    RESUME_KEYS, CheckpointError, config_changes, find_resume_checkpoint, load_checkpoint_file, require_keys,
+)
 from ..optim import build_optimizers, build_schedulers
 from .setup import rng_states, set_rng_states
 
@@ -36,11 +38,12 @@ def checkpoint_state(trainer: "DefaultTrainer") -> Dict[str, Any]:
     }
 
 
-def restore_checkpoint(trainer: "DefaultTrainer", source: str | Path) -> Dict[str, Any]:
-    """Load ``source`` (a path, or ``"latest"`` in the run directory) into ``trainer``.
+def read_checkpoint(trainer: "DefaultTrainer", source: str | Path) -> Tuple[Path, Dict[str, Any]]:
+    """Find and load ``source`` (a path, or ``"latest"`` in the run directory) and check that it can
+    continue ``trainer``'s run; changes nothing (the run directory included).
 
     Refuses a checkpoint whose scene or model settings differ from the trainer's config,
-    listing the differences; other changes (more steps, hooks, writers) are reported and allowed.
+    listing the differences.
     """
     if str(source) == "latest":
         path, checkpoint = find_resume_checkpoint(trainer.checkpoint_dir, trainer.console.warning)
@@ -48,9 +51,20 @@ def restore_checkpoint(trainer: "DefaultTrainer", source: str | Path) -> Dict[st
         path, checkpoint = Path(source), load_checkpoint_file(source)
     if "optimizers" not in checkpoint:
         raise CheckpointError(f"'{path}' is a published checkpoint without training state; it cannot be resumed")
-    incompatible, compatible = config_changes(checkpoint["config"], OmegaConf.to_container(trainer.cfg, resolve=True))
+    require_keys(checkpoint, path, RESUME_KEYS, "resume a run")
+    incompatible, _ = config_changes(checkpoint["config"], OmegaConf.to_container(trainer.cfg, resolve=True))
     if incompatible:
         raise CheckpointError(f"cannot resume from '{path}', the config changes: " + "; ".join(incompatible))
+    return path, checkpoint
+
+
+def restore_checkpoint(trainer: "DefaultTrainer", source: str | Path | Tuple[Path, Dict[str, Any]]) -> Dict[str, Any]:
+    """Load ``source`` (a path, ``"latest"``, or what :func:`read_checkpoint` returned) into ``trainer``.
+
+    Other config changes than those refused (more steps, hooks, writers) are reported and allowed.
+    """
+    path, checkpoint = source if isinstance(source, tuple) else read_checkpoint(trainer, source)
+    _, compatible = config_changes(checkpoint["config"], OmegaConf.to_container(trainer.cfg, resolve=True))
     if compatible:
         trainer.console.info("resuming with changed settings: " + "; ".join(compatible))
     cfg = trainer.cfg
