@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import torch
 from omegaconf import OmegaConf
@@ -29,9 +29,11 @@ def lock_run_dir(trainer: "DefaultTrainer") -> RunLock:
     for hook in trainer.hooks.hooks:
         if isinstance(hook, CheckPointHook) and hook.out_dir is not None:
             trainer.checkpoint_dir = Path(hook.out_dir)
-    lock = RunLock(trainer.run_dir).acquire(trainer.console.info)
+    notes: List[str] = []
+    lock = RunLock(trainer.run_dir).acquire(notes.append)
     for stale in remove_stale_temporaries(trainer.run_dir, trainer.checkpoint_dir):
-        trainer.console.info(f"removed {stale}, left by a process that stopped while writing it")
+        notes.append(f"removed {stale}, left by a process that stopped while writing it")
+    trainer.runtime_notes = notes  # shown once log.txt is open
     return lock
 
 
@@ -57,6 +59,8 @@ def open_run_dir(trainer: "DefaultTrainer") -> WriterGroup:
     """Create the run directory, start log.txt, write config.yaml, and start the writers."""
     trainer.run_dir.mkdir(parents=True, exist_ok=True)
     trainer.console.open_log(trainer.run_dir / "log.txt")
+    for note in getattr(trainer, "runtime_notes", []):
+        trainer.console.info(note)
     text = config_to_yaml(trainer.cfg)
     atomic_write_text(trainer.run_dir / "config.yaml", text)
     specs = [dict(spec) for spec in trainer.cfg.writers]

@@ -21,6 +21,10 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a file written normally follows the umask
+    except (AttributeError, OSError):  # pragma: no cover - no fchmod (Windows)
+        pass
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -31,6 +35,13 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_bytes(path: str | Path, write: Callable[[IO[bytes]], Any]) -> None:
