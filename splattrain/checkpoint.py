@@ -53,7 +53,8 @@ def _safe_load(source: Any, path: Path, what: str) -> Any:
                 "never runs code); it was written by splattrain 0.1.0 or is not a splattrain checkpoint"
             ) from None
         lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-        reason = lines[-1] if lines else type(err).__name__
+        unpickler = [line.split("error:", 1)[1].strip() for line in lines if line.startswith("WeightsUnpickler error:")]
+        reason = (unpickler or [line for line in lines if "weights_only" not in line] or [type(err).__name__])[0]
         raise CheckpointError(f"checkpoint '{path}' is truncated or corrupted ({reason[:200]})") from None
 
 

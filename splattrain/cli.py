@@ -8,9 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, List, Optional
 
-from rich.markup import escape
-
-from .errors import UserError
+from .errors import UserError, describe_os_error
 
 EXIT_USER_ERROR = 2
 EXIT_SIGINT = 130
@@ -67,6 +65,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def escape(text: str) -> str:
+    """Rich markup escaped (rich is imported only when something is printed)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
 def _fit(args: argparse.Namespace) -> int:
     from .config import config_to_yaml, load_config
     from .console import Console
@@ -119,6 +124,9 @@ def _render(args: argparse.Namespace) -> int:
     from .commands.render import render
     from .console import Console
 
+    for option, value in (("--frames", args.frames), ("--fps", args.fps)):
+        if not 1 <= value <= 100_000:
+            raise UserError(f"render {option} must be between 1 and 100000, got {value}")
     render(args.target, Console(), path=args.path, out=args.out, frames=args.frames, fps=args.fps, device=args.device)
     return 0
 
@@ -162,6 +170,11 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_line(message: str) -> str:
+    """``message`` on one line (a library's multi-line text is joined)."""
+    return " ".join(part.strip() for part in message.splitlines() if part.strip())
+
+
 class _Terminated(KeyboardInterrupt):
     """SIGTERM, turned into an exception so cleanup runs as for Ctrl-C."""
 
@@ -172,14 +185,21 @@ def _raise_terminated(signum: int, frame: object) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point; returns the process exit code."""
-    args = _parser().parse_args(argv)
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        args = _parser().parse_args(argv)
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    except KeyboardInterrupt:
+        print("stopped by SIGINT", file=sys.stderr)
+        return EXIT_SIGINT
     try:
         commands = {"fit": _fit, "eval": _eval, "render": _render, "export": _export, "schedule": _schedule,
                     "list": _list}
         return commands[args.command](args)
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {_one_line(str(err))}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except OSError as err:  # a path the user gave cannot be written (full disk, read-only, in the way)
+        print(f"error: {describe_os_error(err)}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt as err:
         signum = signal.SIGTERM if isinstance(err, _Terminated) else getattr(err, "signum", signal.SIGINT)

@@ -6,6 +6,7 @@ import time
 from collections import defaultdict
 from typing import Any, Callable, DefaultDict, Dict, List, Tuple
 
+from ..errors import UserError
 from .base import HOOK_POINTS, Hook, Priority, get_priority
 
 
@@ -77,7 +78,11 @@ class HookDispatcher:
     def _call(hook: Hook, method: Callable[..., Any], point: str, trainer: Any, args: tuple) -> None:
         try:
             method(trainer, *args)
-        except (HookError, KeyboardInterrupt, SystemExit):
+        except (HookError, KeyboardInterrupt, SystemExit, UserError):
+            raise
+        except OSError as err:
+            if err.filename is None:  # a file the user named (full disk, read-only): reported as such
+                raise HookError(f"{type(hook).__name__}.{point} failed: {type(err).__name__}: {err}") from err
             raise
         except Exception as err:
             raise HookError(f"{type(hook).__name__}.{point} failed: {type(err).__name__}: {err}") from err
