@@ -451,3 +451,52 @@ def test_ply_with_nan_rows_is_refused_naming_the_count(tmp_path, trained):
     config = write_config(tmp_path, tmp_path / "run", extra="")
     result = run_cli("fit", "--config", str(config), f"model.init.ply={tmp_path / 'bad.ply'}", "model.sh_degree=1")
     assert_one_line_error(result, str(tmp_path / "bad.ply"), f"2 of {len(vertices)} Gaussians")
+
+
+# -- 16. no message suggests unsafe loading --------------------------------------------------
+def test_checkpoint_errors_never_suggest_unsafe_loading(tmp_path, trained):
+    import numpy as np
+
+    raw = (trained / "ckpt" / "last.pt").read_bytes()
+    (tmp_path / "short.pt").write_bytes(raw[: len(raw) // 3])
+    torch.save({"format": FORMAT, "payload": np.zeros(3)}, tmp_path / "numpy.pt")
+    for name, fragment in [("short.pt", "truncated or corrupted"), ("numpy.pt", "does not load")]:
+        for command in ("eval", "export"):
+            line = assert_one_line_error(run_cli(command, str(tmp_path / name)), str(tmp_path / name), fragment)
+            assert "weights_only" not in line
+
+
+# -- 8. resume refuses a strategy change; a checkpoint of averaged weights resumes its training weights --
+def test_resume_refuses_a_strategy_change(tmp_path, trained):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    before = _files(run)
+    config = write_config(tmp_path, run, steps=4)
+    result = run_cli("fit", "--config", str(config), "--resume", "strategy={type: mcmc, max_gaussians: 500}")
+    assert_one_line_error(result, "strategy.type: 'default' -> 'mcmc'")
+    assert _files(run) == before
+
+
+def test_resume_without_the_ema_hook_trains_from_the_training_weights(tmp_path):
+    from resume_check import make_trainer
+    from splattrain.checkpoint import load_checkpoint_file
+
+    ema = "custom_hooks:\n  - {type: EMAHook, momentum: 0.5}\n"
+    with_ema = make_trainer(tmp_path, "ema", steps=6, extra=ema)
+    with_ema.train()
+    saved = load_checkpoint_file(tmp_path / "ema" / "ckpt" / "step_000006.pt")
+    training = saved["hooks"]["EMAHook"]["training"]
+    assert not torch.equal(saved["gaussians"]["means"], training["means"])  # the file holds the averages
+    without = make_trainer(tmp_path, "plain", steps=8)
+    without.load_checkpoint(tmp_path / "ema" / "ckpt" / "step_000006.pt")
+    for name, weights in training.items():
+        assert torch.equal(without.model.params[name].detach(), weights), name
+
+
+# -- 9. save_best: loss is refused (validation measures no loss) ------------------------------
+def test_save_best_loss_is_refused(tmp_path):
+    config = write_config(tmp_path, tmp_path / "run", extra="default_hooks:\n  checkpoint: {save_best: loss}\n")
+    assert_one_line_error(run_cli("fit", "--config", str(config)), "save_best 'loss'", "psnr")
+    assert not (tmp_path / "run").exists()

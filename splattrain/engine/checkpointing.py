@@ -69,6 +69,7 @@ def restore_checkpoint(trainer: "DefaultTrainer", source: str | Path | Tuple[Pat
         trainer.console.info("resuming with changed settings: " + "; ".join(compatible))
     cfg = trainer.cfg
     trainer.model.load_state_dict(checkpoint["gaussians"])
+    _restore_training_weights(trainer, checkpoint.get("hooks", {}))
     trainer.optimizers = build_optimizers(trainer.model, cfg.optim, trainer.scene_scale)
     trainer.schedulers = build_schedulers(trainer.optimizers, cfg.optim, trainer.scene_scale, trainer.max_steps)
     for name, optimizer in trainer.optimizers.items():
@@ -87,6 +88,22 @@ def restore_checkpoint(trainer: "DefaultTrainer", source: str | Path | Tuple[Pat
             hook.load_state_dict(states[hook.state_key])
     trainer.console.info(f"resumed from {path} at step {trainer.step}")
     return checkpoint
+
+
+def _restore_training_weights(trainer: "DefaultTrainer", states: Dict[str, Any]) -> None:
+    """A checkpoint whose Gaussians are a hook's averages (EMAHook with ``export_average``) keeps the
+    training weights in that hook's state; resumed without the hook, train from those weights."""
+    present = {hook.state_key for hook in trainer.hooks.hooks} | {hook.name for hook in trainer.hooks.hooks}
+    for key, state in states.items():
+        if key in present or not isinstance(state, dict) or not isinstance(state.get("training"), dict):
+            continue
+        with torch.no_grad():
+            for name, weights in state["training"].items():
+                trainer.model.params[name].copy_(weights.to(trainer.model.params[name].device))
+        trainer.console.warning(
+            f"the checkpoint's Gaussians are the averages of hook {key!r}, which this run does not have: "
+            "training goes on from the training weights it saved, and the averages are dropped"
+        )
 
 
 def _to_device(value: Any, device: torch.device) -> Any:
