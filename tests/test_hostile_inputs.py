@@ -319,6 +319,21 @@ def test_full_disk_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, train
         subprocess.run(["umount", str(disk)], check=True)
 
 
+def test_read_only_output_dir_is_one_line(tmp_path, trained):
+    """A read-only file system (a tmpfs mounted ro: chmod does not stop root)."""
+    disk = tmp_path / "ro"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(disk)], capture_output=True)
+    assert mounted.returncode == 0, f"cannot mount a tmpfs: {mounted.stderr!r}"
+    try:
+        config = write_config(tmp_path, disk / "run")
+        assert_one_line_error(run_cli("fit", "--config", str(config)), "read-only file system", str(disk / "run"))
+        assert_one_line_error(run_cli("export", str(trained), "--out", str(disk / "scene.ply")),
+                              "read-only file system", str(disk))
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
 # -- 12. config values refused before training, naming the key / file / hook ------------------
 HOOK_THAT_FAILS = '''
 from splattrain import HOOKS, Hook

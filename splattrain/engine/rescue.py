@@ -6,6 +6,10 @@ and RNG states are then those a straight run has after step N. A failure before 
 the Gaussians and optimizers as step N-1 left them, but the data pipeline has already served
 step N's views: the trainer keeps the data position and RNG states taken before each step so
 the rescue checkpoint is step N-1 exactly. Resuming from it reproduces a straight run.
+
+Only torch's RNG states are taken before each step (python's and numpy's cost ~0.3 ms a
+step to read): a hook that draws from python's or numpy's global RNG during a step that then
+fails is not rewound; splattrain itself draws from neither during a step.
 """
 
 from __future__ import annotations
@@ -13,16 +17,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
+import torch
+
 from ..checkpoint import save_checkpoint_file
-from .setup import raw_rng_states, rng_states
 
 if TYPE_CHECKING:  # pragma: no cover
     from .trainer import DefaultTrainer
 
 
 def state_before_step(trainer: "DefaultTrainer") -> Dict[str, Any]:
-    """The data position and RNG states before the step about to run (cheap: no conversion)."""
-    return {"data": trainer.data.state_dict(), "rng": raw_rng_states()}
+    """The data position and torch's RNG states before the step about to run (a few microseconds)."""
+    rng: Dict[str, Any] = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
+    return {"data": trainer.data.state_dict(), "rng": rng}
 
 
 def rescue_path(trainer: "DefaultTrainer", step: int) -> Path:
@@ -46,7 +54,7 @@ def save_rescue_checkpoint(trainer: "DefaultTrainer", error: BaseException) -> O
         trainer.step = current
     if unfinished and trainer.state_before_step is not None:
         checkpoint["data"] = trainer.state_before_step["data"]
-        checkpoint["rng"] = rng_states(trainer.state_before_step["rng"])
+        checkpoint["rng"] = {**checkpoint["rng"], **trainer.state_before_step["rng"]}
     save_checkpoint_file(checkpoint, path)
     trainer.console.warning(
         f"the run failed ({type(error).__name__}); saved a rescue checkpoint of step {completed} "
