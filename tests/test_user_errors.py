@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_check import assert_one_line_error, files_of, run_cli, trained, write_config  # noqa: F401
+from cli_check import assert_one_line_error, run_cli, trained, write_config  # noqa: F401
 from conftest import REPO
 
 
