@@ -2,6 +2,11 @@
 
 import sys
 
-from .cli import main
+try:
+    from .cli import main
 
-sys.exit(main())
+    code = main()
+except KeyboardInterrupt:  # Ctrl-C before the command line took over signals
+    print("stopped by SIGINT", file=sys.stderr)
+    code = 130
+sys.exit(code)

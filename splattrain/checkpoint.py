@@ -6,7 +6,7 @@ import hashlib
 import io
 import re
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
 
 import torch
 
@@ -14,6 +14,10 @@ from .errors import UserError
 from .io.atomic import atomic_torch_save
 
 FORMAT = "splattrain-checkpoint/1"
+#: Keys every checkpoint holds (enough to evaluate, render and export), and those a resume also needs.
+SCENE_KEYS = ("step", "config", "sh_degree", "gaussians")
+RESUME_KEYS = SCENE_KEYS + ("optimizers", "strategy_state", "data", "rng")
+_UNSAFE_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
 _STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
 
 #: Config keys a resumed run must share with its checkpoint (they change the scene or the model).
@@ -35,26 +39,52 @@ def save_checkpoint_file(state: Dict[str, Any], path: str | Path) -> None:
     atomic_torch_save({"format": FORMAT, "sha256": hashlib.sha256(payload).hexdigest(), "payload": payload}, path)
 
 
+def _safe_load(source: Any, path: Path, what: str) -> Any:
+    """``torch.load(weights_only=True)``: tensors, numbers, strings, lists, tuples and dicts only,
+    so loading never runs code; anything else is refused naming the object it would have built."""
+    try:
+        return torch.load(source, map_location="cpu", weights_only=True)
+    except Exception as err:
+        unsafe = _UNSAFE_GLOBAL.search(str(err))
+        if unsafe:
+            raise CheckpointError(
+                f"checkpoint '{path}' {what} holds '{unsafe.group(1)}', which splattrain does not load "
+                "(a checkpoint may hold only tensors, numbers, strings, lists and dicts, so loading it "
+                "never runs code); it was written by splattrain 0.1.0 or is not a splattrain checkpoint"
+            ) from None
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        unpickler = [line.split("error:", 1)[1].strip() for line in lines if line.startswith("WeightsUnpickler error:")]
+        reason = (unpickler or [line for line in lines if "weights_only" not in line] or [type(err).__name__])[0]
+        raise CheckpointError(f"checkpoint '{path}' is truncated or corrupted ({reason[:200]})") from None
+
+
 def load_checkpoint_file(path: str | Path) -> Dict[str, Any]:
     """Read a checkpoint written by :func:`save_checkpoint_file`, verifying its checksum.
 
-    Raises CheckpointError naming the file when it is missing, truncated, corrupted or
-    not a splattrain checkpoint.
+    Everything is loaded with ``torch.load(weights_only=True)``: a crafted file cannot run code.
+    Raises CheckpointError naming the file when it is missing, truncated, corrupted, not a
+    splattrain checkpoint, or holds anything but plain data.
     """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint '{path}' not found")
-    try:
-        wrapper = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise CheckpointError(f"checkpoint '{path}' is truncated or corrupted ({reason})") from None
+    wrapper = _safe_load(path, path, "header")
     if not isinstance(wrapper, dict) or wrapper.get("format") != FORMAT:
         raise CheckpointError(f"'{path}' is not a splattrain checkpoint (no '{FORMAT}' header)")
-    payload = wrapper["payload"]
-    if hashlib.sha256(payload).hexdigest() != wrapper["sha256"]:
+    payload = wrapper.get("payload")
+    if not isinstance(payload, bytes) or hashlib.sha256(payload).hexdigest() != wrapper.get("sha256"):
         raise CheckpointError(f"checkpoint '{path}' is corrupted (checksum mismatch)")
-    return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
+    state = _safe_load(io.BytesIO(payload), path, "payload")
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint '{path}' holds no state dict")
+    return state
+
+
+def require_keys(checkpoint: Mapping[str, Any], path: str | Path, keys: Sequence[str], purpose: str) -> None:
+    """Refuse a checkpoint lacking any of ``keys`` (CheckpointError naming the file and the keys)."""
+    missing = [key for key in keys if key not in checkpoint]
+    if missing:
+        raise CheckpointError(f"checkpoint '{path}' lacks {', '.join(missing)}; it cannot be used to {purpose}")
 
 
 def step_checkpoints(ckpt_dir: Path) -> List[Path]:

@@ -8,9 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, List, Optional
 
-from rich.markup import escape
-
-from .errors import UserError
+from .errors import UserError, describe_os_error
 
 EXIT_USER_ERROR = 2
 EXIT_SIGINT = 130
@@ -29,6 +27,8 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--config", required=True, help="YAML config file (see configs/)")
     fit.add_argument("--resume", nargs="?", const="latest", default=None, metavar="PATH",
                      help="continue from a checkpoint (default: ckpt/last.pt in the run directory)")
+    fit.add_argument("--overwrite", action="store_true",
+                     help="start afresh in a run directory that holds checkpoints, moving the old run aside")
     fit.add_argument("--dry-run", action="store_true",
                      help="build everything, check the writers, print the hooks, writers and config, exit")
     loudness = fit.add_mutually_exclusive_group()
@@ -76,6 +76,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def escape(text: str) -> str:
+    """Rich markup escaped (rich is imported only when something is printed)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
 def _fit(args: argparse.Namespace) -> int:
     from .config import config_to_yaml, load_config
     from .console import Console
@@ -96,7 +103,9 @@ def _fit(args: argparse.Namespace) -> int:
         console.table("writers", ["type", "class", "options"], _writer_rows(cfg.writers))
         console.print(escape(config_to_yaml(cfg)))
         return 0
-    results = trainer.train(resume=args.resume)
+    if args.overwrite and args.resume is not None:
+        raise UserError("--overwrite starts a new run; it cannot be combined with --resume")
+    results = trainer.train(resume=args.resume, overwrite=args.overwrite)
     shown = "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in results.items() if k != "per_view")
     console.open_log(trainer.run_dir / "log.txt")  # the trainer closed it; the last line belongs there too
     console.print(f"done: {shown}  ->  {trainer.run_dir / 'results.json'}")
@@ -128,6 +137,9 @@ def _render(args: argparse.Namespace) -> int:
     from .commands.render import render
     from .console import Console
 
+    for option, value in (("--frames", args.frames), ("--fps", args.fps)):
+        if not 1 <= value <= 100_000:
+            raise UserError(f"render {option} must be between 1 and 100000, got {value}")
     render(args.target, Console(), path=args.path, out=args.out, frames=args.frames, fps=args.fps, device=args.device)
     return 0
 
@@ -183,6 +195,11 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_line(message: str) -> str:
+    """``message`` on one line (a library's multi-line text is joined)."""
+    return " ".join(part.strip() for part in message.splitlines() if part.strip())
+
+
 class _Terminated(KeyboardInterrupt):
     """SIGTERM, turned into an exception so cleanup runs as for Ctrl-C."""
 
@@ -193,14 +210,21 @@ def _raise_terminated(signum: int, frame: object) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point; returns the process exit code."""
-    args = _parser().parse_args(argv)
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        args = _parser().parse_args(argv)
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    except KeyboardInterrupt:
+        print("stopped by SIGINT", file=sys.stderr)
+        return EXIT_SIGINT
     try:
         commands = {"fit": _fit, "eval": _eval, "render": _render, "export": _export, "schedule": _schedule,
                     "view": _view, "list": _list}
         return commands[args.command](args)
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {_one_line(str(err))}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except OSError as err:  # a path the user gave cannot be written (full disk, read-only, in the way)
+        print(f"error: {describe_os_error(err)}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt as err:
         signum = signal.SIGTERM if isinstance(err, _Terminated) else getattr(err, "signum", signal.SIGINT)

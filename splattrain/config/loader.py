@@ -12,6 +12,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from ..errors import ConfigError
 from .plugins import check_plugin_sections
 from .schema import SplatConfig
+from .values import check_numbers
 
 _CHOICES = {
     "model.init.type": ("auto", "points", "random"),
@@ -33,6 +34,8 @@ def _read_yaml(path: Path) -> DictConfig:
         raise ConfigError(f"config file '{path}' not found")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"config file '{path}' is not UTF-8 text (byte {err.start}); is it a YAML file?") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -83,6 +86,7 @@ def _check_values(cfg: DictConfig, source: str) -> None:
     for key in _NON_NEGATIVE:
         if OmegaConf.select(cfg, key) < 0:
             raise ConfigError(f"{source}: key '{key}' must be >= 0, got {OmegaConf.select(cfg, key)}")
+    check_numbers(cfg, source)
     if len(cfg.data.background) != 3:
         raise ConfigError(f"{source}: key 'data.background' must be 3 numbers (RGB in [0, 1])")
     for key in ("writers", "custom_hooks"):

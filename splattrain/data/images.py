@@ -42,10 +42,19 @@ def read_image(path: Path, what: str = "") -> np.ndarray:
     """Decode ``path`` fully into uint8 RGB or RGBA [H, W, C] (read-only, no extra copy)."""
     with _opened(path, what) as image:
         image.load()
+        if image.mode.startswith("I"):  # 16-bit (or 32-bit integer) grey: Pillow would clip it to {0, 255}
+            return _wide_grey_to_rgb(image)
         if image.mode not in ("RGB", "RGBA"):
             has_alpha = "A" in image.mode or "transparency" in image.info
             image = image.convert("RGBA" if has_alpha else "RGB")
         return np.asarray(image)
+
+
+def _wide_grey_to_rgb(image: Image.Image) -> np.ndarray:
+    """A 16-bit grey image (modes I;16*, I) scaled to uint8 RGB: 65535 -> 255."""
+    values = np.asarray(image).astype(np.float64)
+    scaled = np.clip(np.rint(values / 257.0), 0, 255).astype(np.uint8)
+    return np.repeat(scaled[..., None], 3, axis=2)
 
 
 def image_size(path: Path, what: str = "") -> tuple[int, int]:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict
+from typing import TYPE_CHECKING, Any, Dict, Tuple
 
 import torch
 from omegaconf import OmegaConf
 
 from .. import __version__
-from ..checkpoint import CheckpointError, config_changes, find_resume_checkpoint, load_checkpoint_file
+from ..checkpoint import (
+    RESUME_KEYS, CheckpointError, config_changes, find_resume_checkpoint, load_checkpoint_file, require_keys,
+)
 from ..optim import build_optimizers, build_schedulers
 from .setup import rng_states, set_rng_states
 
@@ -36,11 +38,12 @@ def checkpoint_state(trainer: "DefaultTrainer") -> Dict[str, Any]:
     }
 
 
-def restore_checkpoint(trainer: "DefaultTrainer", source: str | Path) -> Dict[str, Any]:
-    """Load ``source`` (a path, or ``"latest"`` in the run directory) into ``trainer``.
+def read_checkpoint(trainer: "DefaultTrainer", source: str | Path) -> Tuple[Path, Dict[str, Any]]:
+    """Find and load ``source`` (a path, or ``"latest"`` in the run directory) and check that it can
+    continue ``trainer``'s run; changes nothing (the run directory included).
 
     Refuses a checkpoint whose scene or model settings differ from the trainer's config,
-    listing the differences; other changes (more steps, hooks, writers) are reported and allowed.
+    listing the differences.
     """
     if str(source) == "latest":
         path, checkpoint = find_resume_checkpoint(trainer.checkpoint_dir, trainer.console.warning)
@@ -48,13 +51,25 @@ def restore_checkpoint(trainer: "DefaultTrainer", source: str | Path) -> Dict[st
         path, checkpoint = Path(source), load_checkpoint_file(source)
     if "optimizers" not in checkpoint:
         raise CheckpointError(f"'{path}' is a published checkpoint without training state; it cannot be resumed")
-    incompatible, compatible = config_changes(checkpoint["config"], OmegaConf.to_container(trainer.cfg, resolve=True))
+    require_keys(checkpoint, path, RESUME_KEYS, "resume a run")
+    incompatible, _ = config_changes(checkpoint["config"], OmegaConf.to_container(trainer.cfg, resolve=True))
     if incompatible:
         raise CheckpointError(f"cannot resume from '{path}', the config changes: " + "; ".join(incompatible))
+    return path, checkpoint
+
+
+def restore_checkpoint(trainer: "DefaultTrainer", source: str | Path | Tuple[Path, Dict[str, Any]]) -> Dict[str, Any]:
+    """Load ``source`` (a path, ``"latest"``, or what :func:`read_checkpoint` returned) into ``trainer``.
+
+    Other config changes than those refused (more steps, hooks, writers) are reported and allowed.
+    """
+    path, checkpoint = source if isinstance(source, tuple) else read_checkpoint(trainer, source)
+    _, compatible = config_changes(checkpoint["config"], OmegaConf.to_container(trainer.cfg, resolve=True))
     if compatible:
         trainer.console.info("resuming with changed settings: " + "; ".join(compatible))
     cfg = trainer.cfg
     trainer.model.load_state_dict(checkpoint["gaussians"])
+    _restore_training_weights(trainer, checkpoint.get("hooks", {}))
     trainer.optimizers = build_optimizers(trainer.model, cfg.optim, trainer.scene_scale)
     trainer.schedulers = build_schedulers(trainer.optimizers, cfg.optim, trainer.scene_scale, trainer.max_steps)
     for name, optimizer in trainer.optimizers.items():
@@ -73,6 +88,22 @@ def restore_checkpoint(trainer: "DefaultTrainer", source: str | Path) -> Dict[st
             hook.load_state_dict(states[hook.state_key])
     trainer.console.info(f"resumed from {path} at step {trainer.step}")
     return checkpoint
+
+
+def _restore_training_weights(trainer: "DefaultTrainer", states: Dict[str, Any]) -> None:
+    """A checkpoint whose Gaussians are a hook's averages (EMAHook with ``export_average``) keeps the
+    training weights in that hook's state; resumed without the hook, train from those weights."""
+    present = {hook.state_key for hook in trainer.hooks.hooks} | {hook.name for hook in trainer.hooks.hooks}
+    for key, state in states.items():
+        if key in present or not isinstance(state, dict) or not isinstance(state.get("training"), dict):
+            continue
+        with torch.no_grad():
+            for name, weights in state["training"].items():
+                trainer.model.params[name].copy_(weights.to(trainer.model.params[name].device))
+        trainer.console.warning(
+            f"the checkpoint's Gaussians are the averages of hook {key!r}, which this run does not have: "
+            "training goes on from the training weights it saved, and the averages are dropped"
+        )
 
 
 def _to_device(value: Any, device: torch.device) -> Any:

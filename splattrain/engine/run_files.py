@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import torch
 from omegaconf import OmegaConf
@@ -12,18 +12,55 @@ from omegaconf import OmegaConf
 from .. import __version__
 from ..config import config_to_yaml
 from ..errors import UserError
+from ..hooks.checkpoint_hook import CheckPointHook
 from ..io.atomic import atomic_write_text
 from ..registry import WRITERS
 from ..writers import Writer, WriterGroup
+from . import checkpointing
+from .run_lock import RunDirectoryError, RunLock, move_run_aside, remove_stale_temporaries
 
 if TYPE_CHECKING:  # pragma: no cover
     from .trainer import DefaultTrainer
+
+
+def lock_run_dir(trainer: "DefaultTrainer") -> RunLock:
+    """Lock the run directory for this process (RunDirectoryError naming the PID holding it), then
+    delete temporaries that a killed process left in it; sets ``trainer.checkpoint_dir``."""
+    for hook in trainer.hooks.hooks:
+        if isinstance(hook, CheckPointHook) and hook.out_dir is not None:
+            trainer.checkpoint_dir = Path(hook.out_dir)
+    notes: List[str] = []
+    lock = RunLock(trainer.run_dir).acquire(notes.append)
+    for stale in remove_stale_temporaries(trainer.run_dir, trainer.checkpoint_dir):
+        notes.append(f"removed {stale}, left by a process that stopped while writing it")
+    trainer.runtime_notes = notes  # shown once log.txt is open
+    return lock
+
+
+def check_run_dir(trainer: "DefaultTrainer", resume: Optional[str | Path], overwrite: bool) -> Optional[tuple]:
+    """Before anything in the run directory changes: read and check the checkpoint to resume
+    (returned for ``load_checkpoint``), or refuse a fresh run into a directory holding checkpoints
+    unless ``overwrite``, which moves the old run aside."""
+    if resume is not None:
+        return checkpointing.read_checkpoint(trainer, resume)
+    existing = sorted(trainer.checkpoint_dir.glob("*.pt")) if trainer.checkpoint_dir.is_dir() else []
+    if existing and overwrite and trainer.checkpoint_dir.resolve().is_relative_to(trainer.run_dir.resolve()):
+        moved = move_run_aside(trainer.run_dir)
+        trainer.console.warning(f"--overwrite: moved the previous run in {trainer.run_dir} to {moved}")
+    elif existing:
+        raise RunDirectoryError(
+            f"'{trainer.checkpoint_dir}' already holds checkpoints of a run ({len(existing)} files); "
+            "pass --resume to continue it, --overwrite to move it aside, or choose another output_dir"
+        )
+    return None
 
 
 def open_run_dir(trainer: "DefaultTrainer") -> WriterGroup:
     """Create the run directory, start log.txt, write config.yaml, and start the writers."""
     trainer.run_dir.mkdir(parents=True, exist_ok=True)
     trainer.console.open_log(trainer.run_dir / "log.txt")
+    for note in getattr(trainer, "runtime_notes", []):
+        trainer.console.info(note)
     text = config_to_yaml(trainer.cfg)
     atomic_write_text(trainer.run_dir / "config.yaml", text)
     specs = [dict(spec) for spec in trainer.cfg.writers]

@@ -26,7 +26,8 @@ from ..registry import TRAINERS
 from ..render import build_renderer
 from ..strategy import build_strategy
 from ..writers import WriterGroup
-from . import checkpointing, run_files
+from ..hooks.auto_checkpoint import RunInterrupted
+from . import checkpointing, rescue, run_files
 from .batching import StepSettings, mean_losses, micro_batches, views_per_step
 from .model_init import build_model
 from ..hooks.specs import build_hook, hook_specs
@@ -90,6 +91,11 @@ class DefaultTrainer:
         self.last_metrics: Dict[str, Any] = {}
         self.val_per_view: List[Dict[str, Any]] = []
         self.train_seconds = 0.0
+        #: The last step whose update is applied, the step the run (or its resume) started at, and the
+        #: data position and RNG states before the running step: what a rescue checkpoint needs.
+        self.completed_step = self.start_step = 0
+        self.state_before_step: Optional[Dict[str, Any]] = None
+        self.rescue_on_error = True
 
     def register_hook(self, hook: Hook) -> None:
         """Add a hook; dispatch tables are rebuilt so unused points stay free."""
@@ -102,23 +108,37 @@ class DefaultTrainer:
             self.hooks.run(point, entries, self, args)
 
     # -- the run --------------------------------------------------------------------
-    def train(self, resume: Optional[str | Path] = None) -> Dict[str, Any]:
+    def train(self, resume: Optional[str | Path] = None, overwrite: bool = False) -> Dict[str, Any]:
         """Run training to ``max_steps``; returns the results dict.
 
         ``resume`` is a checkpoint path, or ``"latest"`` for the newest intact checkpoint
-        in the run directory.
+        in the run directory. The run directory is locked for the whole run; a fresh run into
+        one that holds checkpoints is refused unless ``overwrite`` (which moves them aside).
+        Nothing in the run directory changes before these checks pass.
         """
+        lock = run_files.lock_run_dir(self)
+        try:
+            resumed = run_files.check_run_dir(self, resume, overwrite)
+            return self._run(resumed)
+        finally:
+            self.data.close()
+            lock.release()
+
+    def _run(self, resumed: Optional[tuple]) -> Dict[str, Any]:
         self.writers = run_files.open_run_dir(self)
         try:
             run_files.print_header(self)
             self.evaluator = self._evaluator()
             self.call_hook("before_run")
-            if resume is not None:
-                self.load_checkpoint(resume)
+            if resumed is not None:
+                self.load_checkpoint(resumed)
                 if self.step >= self.max_steps:
                     self.console.warning(f"the checkpoint is at step {self.step}; trainer.max_steps is {self.max_steps}, nothing to train")
+                    if self.last_metrics.get("step") != self.step:
+                        self.validate()  # the run stopped before its final validation
                 elif self.cfg.trainer.val_on_resume:
                     self.validate()
+            self.completed_step = self.start_step = self.step
             self.call_hook("before_train")
             for step in range(self.step + 1, self.max_steps + 1):
                 self.step = step
@@ -147,6 +167,7 @@ class DefaultTrainer:
         An ``after_backward`` hook may set ``outputs["skip_update"]`` to drop the step's update
         (densification statistics and optimizer step).
         """
+        self.state_before_step = rescue.state_before_step(self)
         batch = self.data.next_train(step)
         self.call_hook("before_train_iter", step, batch)
         settings = self.step_settings
@@ -173,6 +194,7 @@ class DefaultTrainer:
         clear_grads(self.optimizers)
         for scheduler in self.schedulers:
             scheduler.step(step)
+        self.completed_step = step  # the state is now step ``step``'s, whatever a hook does next
         self.call_hook("after_train_iter", step, batch, outputs)
         return outputs
 
@@ -215,9 +237,10 @@ class DefaultTrainer:
             atomic_link(path, path.parent / "last.pt")
         return path
 
-    def load_checkpoint(self, source: str | Path) -> Dict[str, Any]:
-        """Restore a checkpoint (a path, or ``"latest"`` in the run directory) and continue from its
-        step; refuses one whose scene or model settings differ from this config."""
+    def load_checkpoint(self, source: str | Path | tuple) -> Dict[str, Any]:
+        """Restore a checkpoint (a path, ``"latest"`` in the run directory, or what
+        ``checkpointing.read_checkpoint`` returned) and continue from its step; refuses one whose
+        scene or model settings differ from this config."""
         checkpoint = checkpointing.restore_checkpoint(self, source)
         self.call_hook("after_load_checkpoint", checkpoint)
         return checkpoint
@@ -231,3 +254,8 @@ class DefaultTrainer:
             self.call_hook("on_exception", error)
         except Exception as hook_error:  # keep the original error as the one raised
             self.console.warning(f"while handling {type(error).__name__}: {hook_error}")
+        if self.rescue_on_error and not isinstance(error, RunInterrupted):
+            try:
+                rescue.save_rescue_checkpoint(self, error)
+            except Exception as save_error:
+                self.console.warning(f"could not save a rescue checkpoint ({type(save_error).__name__}: {save_error})")

@@ -7,7 +7,6 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from ..checkpoint import save_checkpoint_file
 from ..registry import HOOKS
 from .base import Hook, Priority
 
@@ -31,8 +30,10 @@ class AutoCheckpointHook(Hook):
     The signal handler only records the signal; the checkpoint is written between steps
     (or between validation views), never in the middle of an update, and signals that
     arrive while it is written are ignored. SIGUSR1 saves a snapshot and training goes
-    on. Any other failure saves ``rescue_step_XXXXXX.pt`` (the last completed step) before
-    the error propagates, when a step was completed since the run started. Previous signal handlers are restored when the run ends.
+    on. A signal that arrives after the last step (final validation, ``after_train``) stops
+    the run too, so the final results are not written as if it had finished. Any other failure
+    makes the trainer save ``rescue_step_XXXXXX.pt`` (the last completed step) unless ``rescue``
+    is false. Previous signal handlers are restored when the run ends.
 
     Args:
         signals: signal names to handle (default SIGINT, SIGTERM, SIGUSR1).
@@ -46,8 +47,6 @@ class AutoCheckpointHook(Hook):
         self.signals = [getattr(signal, name) for name in signals if hasattr(signal, name)]
         self.rescue = rescue
         self.pending: Optional[int] = None
-        self.completed_step = 0
-        self._start_step = 0
         self._saving = False
         self._previous: Dict[int, Any] = {}
 
@@ -57,6 +56,7 @@ class AutoCheckpointHook(Hook):
             self.pending = signum
 
     def before_run(self, trainer) -> None:
+        trainer.rescue_on_error = self.rescue
         if threading.current_thread() is not threading.main_thread():
             trainer.console.warning("AutoCheckpointHook: not in the main thread, signals are not handled")
             return
@@ -69,13 +69,20 @@ class AutoCheckpointHook(Hook):
         self._previous.clear()
 
     # -- safe points -------------------------------------------------------------------
-    def before_train(self, trainer) -> None:
-        self.completed_step = self._start_step = trainer.step
-
     def after_train_iter(self, trainer, step: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
-        self.completed_step = step
         if self.pending is not None:
             self._save_at_safe_point(trainer)
+
+    def after_train(self, trainer) -> None:
+        signum, self.pending = self.pending, None
+        if signum is None or signal.Signals(signum).name in _SNAPSHOT_SIGNALS:
+            return
+        last = trainer.checkpoint_dir / "last.pt"
+        trainer.console.warning(
+            f"{signal.Signals(signum).name} received after the last step: the run stops before writing its "
+            f"results. Resume with: {trainer.resume_hint}"
+        )
+        raise RunInterrupted(signum, last)
 
     def after_val_iter(self, trainer, index: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
         if self.pending is not None:
@@ -97,15 +104,3 @@ class AutoCheckpointHook(Hook):
             f"Resume with: {trainer.resume_hint}"
         )
         raise RunInterrupted(signum, path)
-
-    def on_exception(self, trainer, error: BaseException) -> None:
-        if not self.rescue or isinstance(error, RunInterrupted) or self.completed_step <= self._start_step:
-            return  # nothing trained since the run (or its resume) started: nothing to rescue
-        checkpoint = trainer.checkpoint_state()
-        checkpoint["step"] = self.completed_step
-        path = trainer.checkpoint_dir / f"rescue_step_{self.completed_step:06d}.pt"
-        save_checkpoint_file(checkpoint, path)
-        trainer.console.warning(
-            f"the run failed ({type(error).__name__}); saved a rescue checkpoint of step {self.completed_step} "
-            f"to {path}. Resume with: {trainer.resume_hint} {path}"
-        )

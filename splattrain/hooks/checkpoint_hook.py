@@ -13,7 +13,7 @@ from ..io.ply import write_ply
 from ..registry import HOOKS
 from .base import Hook, Priority
 
-_GREATER_IS_BETTER = {"psnr": True, "ssim": True, "lpips": False, "loss": False}
+_GREATER_IS_BETTER = {"psnr": True, "ssim": True, "lpips": False}
 
 
 @HOOKS.register()
@@ -26,7 +26,7 @@ class CheckPointHook(Hook):
         max_keep: keep at most this many step checkpoints, removing the oldest (<= 0: keep all).
         save_last: always save at the last step.
         save_best: None, 'auto' (psnr) or a validation metric name; keeps ckpt/best.pt.
-        rule: 'greater' or 'less' for save_best (inferred for psnr, ssim, lpips, loss).
+        rule: 'greater' or 'less' for save_best (inferred for psnr, ssim, lpips).
         ply_interval: write ply/step_XXXXXX.ply every N steps (None: with each checkpoint;
             0: only at the last step).
         publish: at the end, also write ckpt/published.pt (Gaussians and config, no optimizer
@@ -70,6 +70,9 @@ class CheckPointHook(Hook):
 
     @staticmethod
     def _infer_rule(metric: Optional[str], rule: Optional[str]) -> bool:
+        if metric == "loss":
+            raise ConfigError("CheckPointHook save_best 'loss': validation does not measure the training loss; "
+                              "use psnr, ssim or lpips")
         if rule is not None:
             if rule not in ("greater", "less"):
                 raise ConfigError(f"CheckPointHook rule {rule!r}: use 'greater' or 'less'")

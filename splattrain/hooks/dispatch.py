@@ -80,6 +80,10 @@ class HookDispatcher:
             method(trainer, *args)
         except (HookError, UserError, KeyboardInterrupt, SystemExit):
             raise  # a user error (bad option, refused setting) stays one line at exit 2
+        except OSError as err:
+            if err.filename is None:  # a file the user named (full disk, read-only): reported as such
+                raise HookError(f"{type(hook).__name__}.{point} failed: {type(err).__name__}: {err}") from err
+            raise
         except Exception as err:
             raise HookError(f"{type(hook).__name__}.{point} failed: {type(err).__name__}: {err}") from err
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any, Dict, List
 
 import torch
@@ -25,9 +24,9 @@ class CheckInvalidLossHook(Hook):
     """Checks every loss term for NaN / Inf every ``interval`` steps, after backward and before
     densification and the optimizer step, so the parameters are still those of the last good step.
 
-    - ``raise``: save ``ckpt/rescue_step_XXXXXX.pt`` holding the state before the step (resuming
-      from it runs that step again, on the next view), then stop with an error naming the
-      term, the step and the views that produce it.
+    - ``raise``: stop with an error naming the term, the step and the views that produce it;
+      the trainer saves ``ckpt/rescue_step_XXXXXX.pt``, the state before the step (resuming
+      from it runs that step again, on the same views).
     - ``skip``: drop the step's update (no densification statistics, no optimizer step), count
       it, and warn; after more than ``max_skips`` skipped steps, stop as ``raise`` does.
 
@@ -66,20 +65,11 @@ class CheckInvalidLossHook(Hook):
             trainer.console.warning(f"{problem}; skipped the update ({self.skips} of at most {self.max_skips})")
             trainer.runtime_info["invalid_loss/skips"] = float(self.skips)
             return
-        path = self._rescue(trainer, step)
         limit = f"; {self.skips} steps skipped already, the limit is {self.max_skips}" if self.policy == "skip" else ""
-        raise InvalidLossError(f"{problem}{limit}. The state before this step is saved to {path}")
-
-    @staticmethod
-    def _rescue(trainer, step: int) -> Path:
-        """Save the state of the last good step (``step - 1``): nothing has been updated yet."""
-        path = trainer.checkpoint_dir / f"rescue_step_{step - 1:06d}.pt"
-        trainer.step = step - 1
-        try:
-            trainer.save_checkpoint(path, link_last=False)
-        finally:
-            trainer.step = step
-        return path
+        saved = ""
+        if getattr(trainer, "rescue_on_error", False):  # the trainer saves the last completed step
+            saved = f". The state before this step is saved to {trainer.checkpoint_dir / f'rescue_step_{step - 1:06d}.pt'}"
+        raise InvalidLossError(f"{problem}{limit}{saved}")
 
     def state_dict(self) -> Dict[str, Any]:
         return {"skips": self.skips} if self.skips else {}

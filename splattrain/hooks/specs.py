@@ -57,7 +57,12 @@ def build_hook(name: str, spec: Dict[str, Any]) -> Hook:
     """Build one hook from ``{type, priority?, **kwargs}``."""
     spec = dict(spec)
     priority = spec.pop("priority", None)
-    hook = HOOKS.build(spec)
+    try:
+        hook = HOOKS.build(spec)
+    except ConfigError as err:
+        raise ConfigError(f"hook {name!r}: {err}") from None
+    except Exception as err:  # the hook's own __init__ failed: name it
+        raise ConfigError(f"hook {name!r} ({spec.get('type')}) failed to start: {type(err).__name__}: {err}") from None
     if not isinstance(hook, Hook):
         raise ConfigError(f"hook {name!r}: {spec['type']!r} does not derive from splattrain.Hook")
     if priority is not None:

@@ -172,4 +172,9 @@ def vertices_to_gaussians(vertices: np.ndarray, path: str | Path) -> tuple[Dict[
         "sh0": stack(["f_dc_0", "f_dc_1", "f_dc_2"]).reshape(n, 1, 3),
         "shN": rest.reshape(n, 3, n_rest // 3).transpose(1, 2).contiguous(),
     }
+    bad = torch.zeros(n, dtype=torch.bool)
+    for value in params.values():
+        bad |= ~torch.isfinite(value.reshape(n, -1)).all(dim=1)
+    if bool(bad.any()):
+        raise DataError(f"{path}: {int(bad.sum())} of {n} Gaussians hold NaN or infinite values")
     return params, degree

@@ -1,0 +1,46 @@
+"""Numbers and paths a config must hold before anything is built: finite, in range, usable."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from ..errors import ConfigError
+
+#: The highest SH degree every renderer supports.
+MAX_SH_DEGREE = 4
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_numbers(cfg: DictConfig, source: str) -> None:
+    """Refuse NaN / inf / negative learning rates, out-of-range loss weights, an SH degree no
+    renderer supports, an empty random initialisation and an empty ``output_dir`` (ConfigError
+    naming ``source`` and the key)."""
+
+    def refuse(key: str, value: Any, expected: str) -> None:
+        raise ConfigError(f"{source}: key '{key}' must be {expected}, got {value!r}")
+
+    for name, value in cfg.optim.items():
+        if str(name).endswith(("_lr", "_lr_final")) and not (_number(value) and math.isfinite(value) and value >= 0):
+            refuse(f"optim.{name}", value, "a finite number >= 0")
+    if not (math.isfinite(cfg.optim.eps) and cfg.optim.eps > 0):
+        refuse("optim.eps", cfg.optim.eps, "a finite number > 0")
+    ssim_lambda = cfg.loss.ssim_lambda
+    if ssim_lambda is not None and not (math.isfinite(ssim_lambda) and 0 <= ssim_lambda <= 1):
+        refuse("loss.ssim_lambda", ssim_lambda, "in [0, 1]")
+    for index, term in enumerate(cfg.loss.terms or []):
+        weight = term.get("weight", 1.0) if isinstance(term, DictConfig) else None
+        if weight is not None and not (_number(weight) and math.isfinite(weight) and weight >= 0):
+            refuse(f"loss.terms[{index}].weight", weight, "a finite number >= 0")
+    if cfg.model.sh_degree > MAX_SH_DEGREE:
+        refuse("model.sh_degree", cfg.model.sh_degree, f"at most {MAX_SH_DEGREE} (what the renderers support)")
+    if cfg.model.init.num_points < 1:
+        refuse("model.init.num_points", cfg.model.init.num_points, ">= 1")
+    output_dir = OmegaConf.select(cfg, "output_dir")
+    if output_dir is not None and not str(output_dir).strip():
+        refuse("output_dir", output_dir, "a folder name (null for outputs/<name>)")

@@ -1,0 +1,136 @@
+"""One training process per run directory: a lock file holding the PID of the process that owns it.
+
+Hand-written rather than ``filelock`` because the message must name the process holding the
+lock, and a lock left by a killed process must be noticed and taken over. On POSIX the lock is
+an ``flock`` on ``<run_dir>/.splattrain.lock`` (the kernel drops it when its process dies);
+elsewhere the PID in the file is checked for a live process.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import Callable, Optional
+
+from ..errors import UserError
+
+try:  # POSIX
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+LOCK_NAME = ".splattrain.lock"
+
+
+class RunDirectoryError(UserError):
+    """The run directory is in use by another process, or holds a run a fresh fit would mix with."""
+
+
+class RunLock:
+    """An exclusive lock on a run directory for the life of a ``fit``.
+
+    Use :meth:`acquire` before anything in the directory changes and :meth:`release` at the end.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_NAME
+        self._fd: Optional[int] = None
+
+    def acquire(self, info: Callable[[str], None] = lambda message: None) -> "RunLock":
+        """Take the lock (creating the directory); RunDirectoryError names the PID holding it.
+
+        A lock file left by a process that no longer runs is taken over (``info`` says so).
+        """
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            previous = _read_pid(fd)
+            if not _try_lock(fd, previous):
+                os.close(fd)
+                raise RunDirectoryError(
+                    f"run directory '{self.run_dir}' is in use by process {previous or '(unknown)'} "
+                    f"(lock file {self.path}); wait for it to end or choose another output_dir"
+                )
+            try:  # the file may have been removed and re-created by its previous owner meanwhile
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        if previous and previous != os.getpid():
+            info(f"took over the lock of '{self.run_dir}' left by process {previous}, which no longer runs")
+        return self
+
+    def release(self) -> None:
+        """Remove the lock file and drop the lock (no-op when not held)."""
+        if self._fd is None:
+            return
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        os.close(self._fd)  # closing drops the flock
+        self._fd = None
+
+
+def _read_pid(fd: int) -> Optional[int]:
+    try:
+        return int(os.pread(fd, 32, 0).decode().strip() or 0) or None
+    except (ValueError, OSError):
+        return None
+
+
+def _try_lock(fd: int, holder: Optional[int]) -> bool:
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+    return holder is None or holder == os.getpid() or not _alive(holder)  # pragma: no cover
+
+
+def _alive(pid: int) -> bool:  # pragma: no cover - only without flock
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def move_run_aside(run_dir: Path) -> Path:
+    """Move everything in ``run_dir`` but the lock file into a new sibling ``<name>.old-<time>``."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    target = run_dir.with_name(f"{run_dir.name}.old-{stamp}")
+    suffix = 1
+    while target.exists():
+        suffix += 1
+        target = run_dir.with_name(f"{run_dir.name}.old-{stamp}-{suffix}")
+    target.mkdir(parents=True)
+    for entry in run_dir.iterdir():
+        if entry.name != LOCK_NAME:
+            entry.rename(target / entry.name)
+    return target
+
+
+def remove_stale_temporaries(*folders: Path) -> list[Path]:
+    """Delete ``.<name>.*.tmp`` files an atomic write left behind when its process died.
+
+    Call it only while holding the run's lock: no other process can be writing them.
+    """
+    removed = []
+    for folder in folders:
+        if folder.is_dir():
+            for stale in folder.glob(".*.tmp"):
+                if stale.is_file():
+                    stale.unlink()
+                    removed.append(stale)
+    return removed
