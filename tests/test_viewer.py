@@ -196,6 +196,8 @@ def test_example_config_builds_the_viewer(capsys):
     assert main(["fit", "--config", str(REPO / "configs" / "demo_viewer.yaml"), "--dry-run",
                  "default_hooks.viewer.port=0"]) == 0
     assert "ViewerHook" in capsys.readouterr().out
+    assert main(["fit", "--config", str(REPO / "configs" / "demo_viewer.yaml"), "--viewer", "oops"]) == 2
+    assert "--viewer 'oops'" in capsys.readouterr().err
 
 
 def test_view_loads_a_run_with_its_cameras_a_checkpoint_and_a_ply(tmp_path):
