@@ -236,3 +236,13 @@ def test_missing_viser_is_one_line_naming_the_package(tmp_path, monkeypatch, cap
     assert main(["fit", "--config", str(cfg), "--viewer", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "viser" in err[0] and "splattrain[viewer]" in err[0]
+
+
+def test_paused_time_counts_in_neither_rate_nor_eta():
+    from splattrain.console import ProgressLogger
+
+    with ProgressLogger(Console(quiet=True), total=100) as progress:
+        progress.set_paused(True, 0)
+        time.sleep(0.3)
+        progress.set_paused(False, 0)
+        assert progress.rate(10) > 100.0  # 10 steps in the few ms not paused (0.3 s paused: 33/s)
