@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import sys
 import time
 from pathlib import Path
@@ -35,7 +36,7 @@ from splattrain.hooks import Hook, ViewerHook  # noqa: E402
 
 def build(steps: int, viewer: bool) -> DefaultTrainer:
     overrides = [f"trainer.max_steps={steps}", "trainer.val_interval=0", "writers=[]", "default_hooks.checkpoint=null",
-                 "output_dir=/tmp/splattrain-bench-viewer", "metrics.lpips=false"]
+                 f"output_dir={tempfile.mkdtemp(prefix='splattrain-bench-viewer-')}", "metrics.lpips=false"]
     if viewer:
         overrides.append("default_hooks.viewer.port=0")
     return DefaultTrainer(load_config(REPO / "configs" / "demo.yaml", overrides), console=Console(quiet=True))

@@ -34,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     loudness = fit.add_mutually_exclusive_group()
     loudness.add_argument("--quiet", action="store_true", help="show only warnings and errors (log.txt gets everything)")
     loudness.add_argument("--verbose", action="store_true", help="also show debug lines and the hook table")
-    fit.add_argument("--viewer", nargs="?", type=int, const=8080, default=None, metavar="PORT",
+    fit.add_argument("--viewer", nargs="?", const="8080", default=None, metavar="PORT",
                      help="watch and steer training in the browser at http://127.0.0.1:PORT/ (default 8080)")
     fit.add_argument("overrides", nargs="*", metavar="dotted.key=value", help="config overrides")
     target_help = "a run directory (its newest checkpoint) or a checkpoint file"
@@ -94,6 +94,11 @@ def _fit(args: argparse.Namespace) -> int:
     if args.resume not in (None, "latest") and "=" in args.resume and not Path(args.resume).exists():
         args.overrides.insert(0, args.resume)  # `--resume key=value`: an override, not a path
         args.resume = "latest"
+    if args.viewer is not None and not args.viewer.isdigit():
+        if "=" not in args.viewer:
+            raise UserError(f"--viewer {args.viewer!r}: give a port number (or nothing for 8080)")
+        args.overrides.insert(0, args.viewer)  # `--viewer key=value`: an override, not a port
+        args.viewer = "8080"
     viewer = [] if args.viewer is None else [f"default_hooks.viewer.port={args.viewer}"]
     cfg = load_config(config_path, [*args.overrides, *viewer])
     trainer = TRAINERS.get(cfg.trainer.type)(cfg, console=console, config_dir=config_path.parent)

@@ -196,6 +196,8 @@ def test_example_config_builds_the_viewer(capsys):
     assert main(["fit", "--config", str(REPO / "configs" / "demo_viewer.yaml"), "--dry-run",
                  "default_hooks.viewer.port=0"]) == 0
     assert "ViewerHook" in capsys.readouterr().out
+    assert main(["fit", "--config", str(REPO / "configs" / "demo_viewer.yaml"), "--viewer", "oops"]) == 2
+    assert "--viewer 'oops'" in capsys.readouterr().err
 
 
 def test_view_loads_a_run_with_its_cameras_a_checkpoint_and_a_ply(tmp_path):
@@ -234,3 +236,13 @@ def test_missing_viser_is_one_line_naming_the_package(tmp_path, monkeypatch, cap
     assert main(["fit", "--config", str(cfg), "--viewer", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "viser" in err[0] and "splattrain[viewer]" in err[0]
+
+
+def test_paused_time_counts_in_neither_rate_nor_eta():
+    from splattrain.console import ProgressLogger
+
+    with ProgressLogger(Console(quiet=True), total=100) as progress:
+        progress.set_paused(True, 0)
+        time.sleep(0.3)
+        progress.set_paused(False, 0)
+        assert progress.rate(10) > 100.0  # 10 steps in the few ms not paused (0.3 s paused: 33/s)

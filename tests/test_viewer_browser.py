@@ -89,6 +89,7 @@ def test_live_run_in_the_browser(tmp_path, trained_ply):
     viewer = next(h for h in trainer.hooks.hooks if isinstance(h, ViewerHook))
     errors: list = []
     thread = threading.Thread(target=lambda: _train(trainer, errors), daemon=True)
+    started = time.perf_counter()
     thread.start()
     wait_until(lambda: viewer.server is not None and viewer.server.paused, what="the viewer to start paused")
     browser = Browser(WIDTH, HEIGHT)
@@ -133,6 +134,7 @@ def test_live_run_in_the_browser(tmp_path, trained_ply):
     thread.join(timeout=120)  # every tab closed: training finishes on its own
     assert not thread.is_alive() and not errors, errors
     assert viewer.service.renders > 0 and viewer.paused_seconds > 2.0
+    assert 0 < trainer.train_seconds < time.perf_counter() - started - viewer.paused_seconds
 
     plain = build(tmp_path, "plain", trained_ply)
     plain.train()

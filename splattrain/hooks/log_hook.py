@@ -113,8 +113,6 @@ class LogHook(Hook):
         """The progress bar says "paused" (ETA and rate leave the paused time out)."""
         if self._progress is not None:
             self._progress.set_paused(paused, trainer.step)
-        if not paused:
-            self._step_started = time.perf_counter()
 
     def after_val_iter(self, trainer, index: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
         if index >= self.num_val_images or not len(trainer.writers):

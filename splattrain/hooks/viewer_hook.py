@@ -97,7 +97,7 @@ class ViewerHook(Hook):
         self._last_end = time.perf_counter()
         self._update_stats(trainer, force=True)
         if self.server is not None and self.server.paused:
-            self._hold(trainer)
+            self._hold(trainer, in_step=False)
 
     def after_train_iter(self, trainer, step: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
         server = self.server
@@ -117,7 +117,7 @@ class ViewerHook(Hook):
                 self.budget.spend(self.service.serve_one(trainer.model, outputs["sh_degree"], self.refresh))
             self._update_stats(trainer)
         if server.paused:
-            self._hold(trainer, outputs["sh_degree"])
+            self._hold(trainer, outputs["sh_degree"], in_step=True)
         self._last_end = time.perf_counter()
 
     def after_val(self, trainer, metrics: Dict[str, Any]) -> None:
@@ -139,8 +139,9 @@ class ViewerHook(Hook):
         """Let a paused run continue (what the Resume button does)."""
         self.server.set_paused(False)
 
-    def _hold(self, trainer, sh_degree: Optional[int] = None) -> None:
-        """Wait between two steps until Resume (or a signal that stops the run)."""
+    def _hold(self, trainer, sh_degree: Optional[int] = None, in_step: bool = True) -> None:
+        """Wait between two steps until Resume (or a signal that stops the run); ``in_step``:
+        called inside a step the trainer times (its after_train_iter)."""
         from ..model.gaussians import degree_for_step
         from ..viewer.server import wait_for
 
@@ -160,7 +161,8 @@ class ViewerHook(Hook):
         finally:
             held = time.perf_counter() - started
             self.paused_seconds += held
-            trainer.train_seconds -= held  # the trainer counts this step's time, pause included
+            if in_step:
+                trainer.train_seconds -= held  # the trainer counts this step's time, pause included
             _tell_hooks(trainer, paused=False)
             if self.server.paused:  # a signal ends the pause: the run stops at AutoCheckpointHook
                 self.server.set_paused(False)

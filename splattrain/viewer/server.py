@@ -65,11 +65,13 @@ class ViewRequest:
     pose: ViewPose
     mode: str
     resolution: int
+    version: int = 0  # the browser's request count when this view was taken
 
 
 @dataclass
 class _ClientState:
     dirty: bool = True  # the camera or a setting changed since the last image
+    version: int = 0  # counts the changes, so one arriving during a render is not lost
     last_sent: float = 0.0
     png: bool = False  # "save PNG" was pressed
 
@@ -249,12 +251,14 @@ class ViewerServer:
             state = self._clients.get(client_id)
             if state is not None:
                 state.dirty = True
+                state.version += 1
         self.wake.set()
 
     def mark_all_dirty(self) -> None:
         with self._lock:
             for state in self._clients.values():
                 state.dirty = True
+                state.version += 1
         self.wake.set()
 
     def next_request(self, refresh_after: Optional[float] = None) -> Optional[ViewRequest]:
@@ -263,6 +267,7 @@ class ViewerServer:
         now = time.monotonic()
         with self._lock:
             items = list(self._clients.items())
+            versions = {cid: state.version for cid, state in items}
         dirty = [(s.last_sent, cid) for cid, s in items if s.dirty or s.png]
         if dirty:
             chosen = min(dirty)[1]
@@ -275,7 +280,7 @@ class ViewerServer:
         pose = self._pose(chosen)
         if pose is None:
             return None
-        return ViewRequest(chosen, pose, self.settings.mode, int(self.settings.resolution))
+        return ViewRequest(chosen, pose, self.settings.mode, int(self.settings.resolution), versions[chosen])
 
     def _pose(self, client_id: int) -> Optional[ViewPose]:
         client = self.server.get_clients().get(client_id)
@@ -296,7 +301,7 @@ class ViewerServer:
             state = self._clients.get(request.client_id)
             if state is None:
                 return False
-            state.dirty = False
+            state.dirty = state.version != request.version
             state.last_sent = time.monotonic()
             wants_png, state.png = state.png, False
         client = self.server.get_clients().get(request.client_id)
