@@ -51,5 +51,6 @@ def export(
     path = Path(out) if out is not None else snapshot.run_dir / "export" / f"step_{snapshot.step:06d}.{suffix}"
     write_gaussians_file(path, params, fmt, antialiased=antialiased)
     size = path.stat().st_size / 2**20
-    console.info(f"wrote {snapshot.model.num_gaussians} Gaussians to {path} ({fmt}, {size:.2f} MiB, {world_frame} frame)")
+    n = snapshot.model.num_gaussians
+    console.info(f"wrote {n} Gaussians to {path} ({fmt}, {size:.2f} MiB, {world_frame} frame)")
     return path

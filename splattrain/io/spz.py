@@ -169,16 +169,16 @@ def decode_spz_v4(data: bytes, name: str = "SPZ data") -> SpzScene:
     try:
         import zstandard
     except ImportError:
-        raise DataError(f"{name}: reading SPZ version 4 needs the 'zstandard' package (pip install zstandard)") from None
+        raise DataError(f"{name}: SPZ version 4 needs the 'zstandard' package (pip install zstandard)") from None
     sizes = _stream_sizes(name, version, n, degree)
     offset = toc + 16 * num_streams
-    streams = []
+    streams, decompressor = [], zstandard.ZstdDecompressor()
     for index in range(6):
         packed, unpacked = struct.unpack_from("<QQ", data, toc + 16 * index)
         if unpacked != sizes[index] or offset + packed > len(data):
             raise DataError(f"{name}: SPZ stream {index} is {unpacked} bytes, {sizes[index]} expected, or truncated")
         try:
-            streams.append(zstandard.ZstdDecompressor().decompress(data[offset : offset + packed], max_output_size=unpacked))
+            streams.append(decompressor.decompress(data[offset : offset + packed], max_output_size=unpacked))
         except zstandard.ZstdError as err:
             raise DataError(f"{name}: SPZ stream {index} does not decompress ({err})") from None
         offset += packed

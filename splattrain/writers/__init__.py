@@ -1,7 +1,9 @@
 """Writers: where logged scalars, images, histograms and configs go."""
 
 # Importing the modules registers the built-in writers (optional packages are imported lazily).
-from . import csv_writer, dvclive_writer, image, jsonl, mlflow_writer, neptune_writer, tensorboard, wandb_writer  # noqa: F401
+from . import (  # noqa: F401
+    csv_writer, dvclive_writer, image, jsonl, mlflow_writer, neptune_writer, tensorboard, wandb_writer,
+)
 from .base import Writer, WriterGroup, check_writer_spec
 
 __all__ = ["Writer", "WriterGroup", "check_writer_spec"]
