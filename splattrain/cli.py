@@ -8,8 +8,6 @@ import sys
 from pathlib import Path
 from typing import Any, List, Optional
 
-from rich.markup import escape
-
 from .errors import UserError
 
 EXIT_USER_ERROR = 2
@@ -60,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _fit(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
     from .config import config_to_yaml, load_config
     from .console import Console
     from .engine import DefaultTrainer
@@ -87,6 +87,8 @@ def _fit(args: argparse.Namespace) -> int:
 
 def _writer_rows(specs: List[Any]) -> List[List[str]]:
     """One row per writer entry, each checked (type, options, optional package) without building it."""
+    from rich.markup import escape
+
     from .writers import check_writer_spec
 
     rows = []
@@ -132,19 +134,15 @@ def _schedule(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     from rich.console import Console as RichConsole
+    from rich.markup import escape
     from rich.table import Table
 
-    import splattrain.data.loading  # noqa: F401  (registers datasets)
-    import splattrain.render.splat_renderers  # noqa: F401  (registers renderers)
+    from .catalog import describe_builtin  # read from the sources: no PyTorch import
 
-    from . import registry
-
-    reg = {"hooks": registry.HOOKS, "writers": registry.WRITERS, "datasets": registry.DATASETS,
-           "renderers": registry.RENDERERS}[args.what]
     table = Table(title=f"registered {args.what}", title_justify="left")
     table.add_column("name")
     table.add_column("description")
-    for name, doc in reg.describe().items():
+    for name, doc in describe_builtin(args.what).items():
         table.add_row(name, escape(doc))
     RichConsole().print(table)
     return 0

@@ -24,7 +24,7 @@ from ..io.ply import read_ply_gaussians
 from ..losses import photometric_loss
 from ..metrics import Evaluator, mean_metrics
 from ..model.gaussians import GaussianModel, degree_for_step
-from ..optim import build_optimizers, build_schedulers, clear_grads
+from ..optim import build_optimizers, build_schedulers, clear_grads, step_optimizers
 from ..registry import WRITERS
 from ..render.splat_renderers import build_renderer
 from ..strategy import build_strategy
@@ -203,8 +203,7 @@ class DefaultTrainer:
         self.call_hook("after_backward", step, outputs)
         if not outputs.get("skip_update"):
             self.strategy.post_backward(self.model.params, self.optimizers, self.strategy_state, step, infos)
-            for optimizer in self.optimizers.values():
-                optimizer.step()
+            step_optimizers(self.optimizers, infos)
         clear_grads(self.optimizers)
         for scheduler in self.schedulers:
             scheduler.step(step)

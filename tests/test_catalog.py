@@ -1,0 +1,42 @@
+"""`splattrain list` reads registrations from the sources: it must agree with the registries and
+start without PyTorch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from splattrain.catalog import describe_builtin
+
+
+@pytest.mark.parametrize("kind", ["hooks", "writers", "datasets", "renderers"])
+def test_catalog_matches_the_registries(kind):
+    import splattrain.data.loading  # noqa: F401  (registers datasets)
+    import splattrain.hooks  # noqa: F401
+    import splattrain.render.cpu_renderer  # noqa: F401  (registers renderers)
+    import splattrain.writers  # noqa: F401
+    from splattrain import registry
+
+    reg = {"hooks": registry.HOOKS, "writers": registry.WRITERS, "datasets": registry.DATASETS,
+           "renderers": registry.RENDERERS}[kind]
+    assert describe_builtin(kind) == reg.describe()
+
+
+def test_catalog_reads_a_registration(tmp_path):
+    (tmp_path / "mine.py").write_text(
+        "from splattrain import HOOKS\n\n"
+        "@HOOKS.register('shout', aliases=('ShoutHook',))\n"
+        "class Shout:\n    '''Says things.\n\n    More.'''\n\n"
+        "@HOOKS.register()\nclass Quiet:\n    pass\n"
+    )
+    assert describe_builtin("hooks", tmp_path) == {"Quiet": "", "shout": "Says things. (also: ShoutHook)"}
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["list", "hooks"], ["list", "renderers"]])
+def test_help_and_list_do_not_import_torch(argv):
+    code = ("import sys\nfrom splattrain.cli import main\ntry:\n    main(%r)\nexcept SystemExit:\n    pass\n"
+            "print('torch' in sys.modules)") % (argv,)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip().splitlines()[-1] == "False"
