@@ -159,6 +159,11 @@ def _raise_terminated(signum: int, frame: object) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point; returns the process exit code."""
     args = _parser().parse_args(argv)
+    if argv is None:  # a process of its own, which ends after the command: no collection of its objects at exit
+        import atexit
+        import gc
+
+        atexit.register(gc.freeze)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         commands = {"fit": _fit, "eval": _eval, "render": _render, "export": _export, "schedule": _schedule,
