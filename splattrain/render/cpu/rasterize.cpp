@@ -135,6 +135,7 @@ int64_t bin_count(const S* means2d, const int32_t* radii, const S* conics, const
             int32_t* rect = rects + 4 * i;
             int64_t count = tile_rect(means2d + 2 * i, radii + 2 * i, tile_size, tiles_x, tiles_y, rect);
             const Footprint<S> foot(means2d, conics, opacities, i);
+            if (masks != nullptr) masks[i] = 0;
             if (count > 0 && foot.exact) {
                 uint64_t mask = 0;
                 int64_t kept = 0, bit = 0;
@@ -167,18 +168,22 @@ void bin_fill(const float* depths, const S* means2d, const S* conics, const S* o
               const int32_t* tiles_per_gauss, const int32_t* rects, const uint64_t* masks, int64_t* isect_ids,
               int32_t* flatten_ids, int32_t* offsets) {
     // Calls visit(tile) for each tile of Gaussian `id` that bin_count counted, row by row.
+    // A small rectangle's mask has exactly tiles_per_gauss bits set when bin_count cut it (and
+    // none otherwise), so the ellipse is only evaluated again for large or uncut rectangles.
     auto for_tiles = [&](int32_t id, auto&& visit) {
         const int32_t* rect = rects + 4 * static_cast<int64_t>(id);
         const int64_t area = static_cast<int64_t>(rect[2] - rect[0]) * (rect[3] - rect[1]);
+        if (masks != nullptr && area <= 64 && __builtin_popcountll(masks[id]) == tiles_per_gauss[id]) {
+            int64_t bit = 0;
+            for (int ty = rect[1]; ty < rect[3]; ++ty)
+                for (int tx = rect[0]; tx < rect[2]; ++tx, ++bit)
+                    if ((masks[id] >> bit) & 1) visit(static_cast<int64_t>(ty) * tiles_x + tx);
+            return;
+        }
         const Footprint<S> foot(means2d, conics, opacities, id);
-        const bool by_mask = foot.exact && area <= 64 && masks != nullptr;
-        int64_t bit = 0;
         for (int ty = rect[1]; ty < rect[3]; ++ty)
-            for (int tx = rect[0]; tx < rect[2]; ++tx, ++bit) {
-                const bool keep = by_mask ? ((masks[id] >> bit) & 1) != 0
-                                          : foot.reaches(tx, ty, tile_size, width, height);
-                if (keep) visit(static_cast<int64_t>(ty) * tiles_x + tx);
-            }
+            for (int tx = rect[0]; tx < rect[2]; ++tx)
+                if (foot.reaches(tx, ty, tile_size, width, height)) visit(static_cast<int64_t>(ty) * tiles_x + tx);
     };
     const int64_t tiles = static_cast<int64_t>(tiles_x) * tiles_y;
     const int64_t n_lists = n_cams * tiles;

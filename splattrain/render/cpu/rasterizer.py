@@ -163,7 +163,7 @@ def intersect_tiles(
     shape = (conics, opacities) if snug else (None, None)
     tiles_per_gauss = torch.empty(n_cams, n_gauss, dtype=torch.int32)
     rects = torch.empty(n_cams, n_gauss, 4, dtype=torch.int32)  # tile rectangles, from count to fill
-    masks = torch.zeros(n_cams, n_gauss, dtype=torch.int64)  # which tiles of small rectangles count
+    masks = torch.empty(n_cams, n_gauss, dtype=torch.int64)  # which tiles of small rectangles count
     pointers = (means2d.data_ptr(), *(None if t is None else t.data_ptr() for t in shape))
     n_isects = _fn("bin_count", means2d.dtype)(
         pointers[0], radii.data_ptr(), *pointers[1:], n_cams, n_gauss, tile_size, tile_width, tile_height,
