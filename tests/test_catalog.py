@@ -21,7 +21,9 @@ def test_catalog_matches_the_registries(kind):
 
     reg = {"hooks": registry.HOOKS, "writers": registry.WRITERS, "datasets": registry.DATASETS,
            "renderers": registry.RENDERERS}[kind]
-    assert describe_builtin(kind) == reg.describe()
+    builtin = {name: line for name, line in reg.describe().items()
+               if reg.get(name).__module__.startswith("splattrain.")}  # not what other tests registered
+    assert describe_builtin(kind) == builtin
 
 
 def test_catalog_reads_a_registration(tmp_path):
