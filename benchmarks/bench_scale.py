@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import gc
 import resource
-import statistics
 import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
