@@ -47,7 +47,7 @@ def stage_timers(gaussians: int) -> Dict[str, Callable[[], object]]:
     with torch.no_grad():
         colors = cpu.sh_colors(means, sh0, shN, viewmats, 3)
         proj = cpu.project(means, quats, scales, opacities, viewmats, Ks, width, height)
-    isects = cpu.intersect_tiles(proj.means2d, proj.radii, proj.depths, width, height, 16)
+    isects = cpu.intersect_tiles(proj.means2d, proj.radii, proj.depths, width, height, 16, proj.conics, proj.opacities)
     features = colors.clone().requires_grad_()  # RGB: training steps render no depth
     inputs = [t.clone().requires_grad_() for t in (proj.means2d, proj.conics, proj.opacities)]
     render, trans = cpu._Composite.apply(*inputs, features, isects, width, height)
@@ -78,7 +78,8 @@ def stage_timers(gaussians: int) -> Dict[str, Callable[[], object]]:
     return {
         "SH colours (fwd + bwd)": sh,
         "projection (fwd + bwd)": projection,
-        "tile binning": lambda: cpu.intersect_tiles(proj.means2d, proj.radii, proj.depths, width, height, 16),
+        "tile binning": lambda: cpu.intersect_tiles(proj.means2d, proj.radii, proj.depths, width, height, 16,
+                                                    proj.conics, proj.opacities),
         "compositing fwd": lambda: cpu._Composite.apply(*inputs, features, isects, width, height),
         "compositing fwd + bwd": composite,
         "loss (fwd + bwd)": lambda: photometric_loss(image, batch["image"])["loss"].backward(),

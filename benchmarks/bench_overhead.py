@@ -82,8 +82,7 @@ def instrument(trainer: DefaultTrainer, clock: StepClock) -> None:
     torch.Tensor.backward = clock.wrap("backward", torch.Tensor.backward)
     for name in ("step_pre_backward", "post_backward"):
         setattr(trainer.strategy, name, clock.wrap("strategy", getattr(trainer.strategy, name)))
-    for optimizer in trainer.optimizers.values():
-        optimizer.step = clock.wrap("optimizer", optimizer.step)
+    trainer_module.step_optimizers = clock.wrap("optimizer", trainer_module.step_optimizers)
     for scheduler in trainer.schedulers:
         scheduler.step = clock.wrap("optimizer", scheduler.step)
 

@@ -7,11 +7,13 @@ photometric loss (L1 + D-SSIM), and the backward pass.
    init, as ``splattrain fit --config configs/demo.yaml`` starts) or, with ``--demo-checkpoint``,
    the Gaussians of a trained run's checkpoint, cycling through the training views. Renderers
    take turns step by step in one process, so load from other processes hits them alike.
-   Prints the median ms per step, the ratio to the torch backend, and the optimizer step (the
-   same for every renderer) on its own.
+   Prints the median ms per step, the ratio to the torch backend, and the optimizer step on
+   its own: torch.optim.Adam, the compiled Adam (``optim.fused``) and its visible-only variant
+   (``optim.sparse``), taking turns, and the whole step with the compiled Adam.
 2. Scaling table: a synthetic scene (Gaussians in a unit ball, seen from 4 units) over image
-   sizes and Gaussian counts, with the number of Gaussian-tile overlaps (16 px tiles) and the
-   cost per overlap, so growth with pixels and overlaps can be read off.
+   sizes and Gaussian counts, with the number of Gaussian-tile overlaps (16 px tiles): of whole
+   bounding rectangles (what the torch backend composites) and of the tiles each ellipse
+   reaches (what the cpu backend composites), and the cost per overlap composited.
 
     python benchmarks/bench_train_step.py                   # headline + 64..256 px x 1k..20k
     python benchmarks/bench_train_step.py --wide            # table over 64..512 px x 1k..200k
@@ -30,6 +32,7 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
+from splattrain.adam import GaussianAdam, step_adam, visible_gaussians
 from splattrain.cameras import Camera
 from splattrain.checkpoint import load_checkpoint_file
 from splattrain.config import load_config
@@ -39,6 +42,7 @@ from splattrain.losses import photometric_loss
 from splattrain.model.gaussians import GaussianModel
 from splattrain.registry import RENDERERS
 from splattrain.render import Renderer, build_renderer
+from splattrain.render.cpu.build import load_library
 
 REPO = Path(__file__).resolve().parents[1]
 WIDE_SIZES = [64, 128, 256, 512]
@@ -87,11 +91,44 @@ def step_timer(renderer: Renderer, model: GaussianModel, sh_degree: int) -> Call
     return step
 
 
-def overlaps(model: GaussianModel, camera: Camera, sh_degree: int) -> int:
-    """Gaussian-tile intersections (16 px tiles) of one view."""
+def overlaps(model: GaussianModel, camera: Camera, sh_degree: int, renderer: str = "torch") -> int:
+    """Gaussian-tile intersections (16 px tiles) of one view: whole bounding rectangles with the
+    torch renderer, the tiles each ellipse reaches with the cpu renderer."""
     with torch.no_grad():
-        info = RENDERERS.build({"type": "torch"}).render(model, [camera], sh_degree, torch.ones(3)).info
+        info = RENDERERS.build({"type": renderer}).render(model, [camera], sh_degree, torch.ones(3)).info
     return int(info["flatten_ids"].numel())
+
+
+def optimizer_times(model: GaussianModel, camera: Camera, repeats: int) -> Dict[str, List[float]]:
+    """Seconds per optimizer step over all six groups: torch.optim.Adam, the compiled Adam and
+    its visible-only variant (Gaussians seen from ``camera``), taking turns on copies of the
+    parameters."""
+    with torch.no_grad():
+        info = RENDERERS.build({"type": "cpu"}).render(model, [camera], 3, torch.ones(3)).info
+    visible = visible_gaussians([info])
+    library = load_library()
+    variants: Dict[str, Callable[[], None]] = {}
+    for name in ("torch.optim.Adam", "fused", "fused sparse"):
+        params = [p.detach().clone().requires_grad_() for p in model.params.values()]
+        for param in params:
+            param.grad = torch.randn_like(param) * 1e-3
+        if name == "torch.optim.Adam":
+            optimizers = [torch.optim.Adam([p], lr=1e-4, eps=1e-15) for p in params]
+            variants[name] = lambda optimizers=optimizers: [o.step() for o in optimizers]
+        else:
+            sparse = name == "fused sparse"
+            optimizers = [GaussianAdam([{"params": [p], "lr": 1e-4}], eps=1e-15, library=library, sparse=sparse)
+                          for p in params]
+            variants[name] = lambda optimizers=optimizers, sparse=sparse: step_adam(optimizers, visible if sparse else None)
+    times: Dict[str, List[float]] = {name: [] for name in variants}
+    for i in range(repeats + 1):
+        for name, fn in variants.items():
+            start = time.perf_counter()
+            fn()
+            if i > 0:
+                times[name].append(time.perf_counter() - start)
+    times["visible share"] = [float(visible.float().mean())]
+    return times
 
 
 def headline(names: List[str], count: int, checkpoint: Optional[Path], repeats: int) -> None:
@@ -113,20 +150,12 @@ def headline(names: List[str], count: int, checkpoint: Optional[Path], repeats: 
             elapsed = timers[name](batch["camera"], batch["image"])
             if i > 0:  # the first step warms caches up
                 times[name].append(elapsed)
-    params = list(model.params.values())
-    optimizer = torch.optim.Adam(params, lr=1e-4)
-    adam = []
-    for _ in range(repeats):
-        for param in params:
-            param.grad = torch.zeros_like(param)
-        start = time.perf_counter()
-        optimizer.step()
-        adam.append(time.perf_counter() - start)
-
     camera = batches[0]["camera"][0]
+    adam = optimizer_times(model, camera, repeats)
     origin = f"from {checkpoint}" if checkpoint is not None else "random init"
+    snug = f", {overlaps(model, camera, sh_degree, 'cpu')} composited by cpu" if "cpu" in names else ""
     print(f"demo scene {camera.width}x{camera.height}, {model.num_gaussians} Gaussians ({origin}), "
-          f"SH degree {sh_degree}, {overlaps(model, camera, sh_degree)} overlaps in view 1, "
+          f"SH degree {sh_degree}, {overlaps(model, camera, sh_degree)} overlaps in view 1{snug}, "
           f"{repeats} steps per renderer, taking turns")
     base = statistics.median(times["torch"]) if "torch" in times else None
     print(f"{'renderer':>9} {'ms/step':>9} {'min ms':>8} {'speed-up':>9}   (render + loss + backward)")
@@ -134,19 +163,31 @@ def headline(names: List[str], count: int, checkpoint: Optional[Path], repeats: 
         median, fastest = statistics.median(times[name]) * 1000, min(times[name]) * 1000
         ratio = f"{base * 1000 / median:8.1f}x" if base else ""
         print(f"{name:>9} {median:9.1f} {fastest:8.1f} {ratio:>9}")
-    print(f"{'adam':>9} {statistics.median(adam) * 1000:9.1f}  (optimizer step, the same for every renderer)")
+    reference = statistics.median(adam["torch.optim.Adam"])
+    print(f"optimizer step, all six groups ({adam.pop('visible share')[0]:.0%} of the Gaussians visible in view 1):")
+    for name, values in adam.items():
+        print(f"{name:>22} {statistics.median(values) * 1000:7.2f} ms  {reference / statistics.median(values):5.1f}x")
+    if "cpu" in names:
+        whole = {name: (statistics.median(times["cpu"]) + statistics.median(adam[name])) * 1000
+                 for name in ("torch.optim.Adam", "fused")}
+        print(f"cpu step with the optimizer: {whole['fused']:.1f} ms (fused Adam), "
+              f"{whole['torch.optim.Adam']:.1f} ms (torch.optim.Adam)")
+    if base is not None:
+        torch_whole = (base + reference) * 1000
+        print(f"torch step with torch.optim.Adam: {torch_whole:.1f} ms")
 
 
 def table(names: List[str], sizes: List[int], counts: List[int], repeats: int) -> None:
     """Scaling over image sizes and Gaussian counts on the synthetic scene."""
     print(f"\nsynthetic scene, median of {repeats} steps (render + loss + backward)")
-    print(f"{'renderer':>9} {'size':>5} {'gaussians':>10} {'overlaps':>9} {'ms/step':>9} {'ns/overlap':>11}")
+    print(f"{'renderer':>9} {'size':>5} {'gaussians':>10} {'overlaps':>9} {'snug':>9} {'ms/step':>9} {'ns/overlap':>11}")
     for size in sizes:
         camera = look_at_camera(size)
         target = torch.rand(1, size, size, 3, generator=torch.Generator().manual_seed(1))
         for count in counts:
             model = random_model(count)
             n_overlaps = overlaps(model, camera, 3)
+            n_snug = overlaps(model, camera, 3, "cpu") if "cpu" in names else n_overlaps
             timers = {name: step_timer(RENDERERS.build({"type": name}), model, 3) for name in names}
             times: Dict[str, List[float]] = {name: [] for name in names}
             for i in range(repeats + 1):
@@ -156,7 +197,9 @@ def table(names: List[str], sizes: List[int], counts: List[int], repeats: int) -
                         times[name].append(elapsed)
             for name in names:
                 ms = statistics.median(times[name]) * 1000
-                print(f"{name:>9} {size:>5} {count:>10} {n_overlaps:>9} {ms:9.1f} {ms * 1e6 / max(n_overlaps, 1):11.0f}")
+                done = n_snug if name == "cpu" else n_overlaps  # what this renderer composites
+                print(f"{name:>9} {size:>5} {count:>10} {n_overlaps:>9} {n_snug:>9} {ms:9.1f} "
+                      f"{ms * 1e6 / max(done, 1):11.0f}")
 
 
 def main() -> None:

@@ -84,6 +84,8 @@ def escape(text: str) -> str:
 
 
 def _fit(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
     from .config import config_to_yaml, load_config
     from .console import Console
     from .engine import DefaultTrainer  # noqa: F401  (registers the built-in trainer)
@@ -120,6 +122,8 @@ def _fit(args: argparse.Namespace) -> int:
 
 def _writer_rows(specs: List[Any]) -> List[List[str]]:
     """One row per writer entry, each checked (type, options, optional package) without building it."""
+    from rich.markup import escape
+
     from .writers import check_writer_spec
 
     rows = []
@@ -178,23 +182,25 @@ def _schedule(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     from rich.console import Console as RichConsole
+    from rich.markup import escape
     from rich.table import Table
 
-    from . import registry
-    from .config.plugins import register_builtins
-
-    register_builtins()
-    import splattrain.engine  # noqa: F401  (registers the built-in trainer)
-
-    if args.config:
+    if args.config:  # the config's imports: may register more: import everything
+        from . import registry
         from .config import load_config
 
-        load_config(Path(args.config))  # imports its modules
-    reg = getattr(registry, _REGISTRIES[args.what])
+        import splattrain.engine  # noqa: F401  (registers the built-in trainer)
+
+        load_config(Path(args.config))
+        described = getattr(registry, _REGISTRIES[args.what]).describe()
+    else:
+        from .catalog import describe_builtin  # read from the sources: no PyTorch import
+
+        described = describe_builtin(args.what)
     table = Table(title=f"registered {args.what}", title_justify="left")
     table.add_column("name")
     table.add_column("description")
-    for name, doc in reg.describe().items():
+    for name, doc in described.items():
         table.add_row(name, escape(doc))
     RichConsole().print(table)
     return 0
@@ -221,6 +227,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print("stopped by SIGINT", file=sys.stderr)
         return EXIT_SIGINT
+    if argv is None:  # a process of its own, which ends after the command: no collection of its objects at exit
+        import atexit
+        import gc
+
+        atexit.register(gc.freeze)
     try:
         commands = {"fit": _fit, "eval": _eval, "render": _render, "export": _export, "schedule": _schedule,
                     "view": _view, "list": _list}

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterable, List
 
 import torch
 
+from .adam import GaussianAdam, step_adam, visible_gaussians
 from .errors import ConfigError
 from .model.gaussians import GaussianModel
 from .schedules import Schedule, build_schedule
@@ -21,13 +22,57 @@ def base_lrs(optim_cfg, scene_scale: float) -> Dict[str, float]:
     return lrs
 
 
-def build_optimizers(model: GaussianModel, optim_cfg, scene_scale: float) -> Dict[str, torch.optim.Adam]:
-    """An Adam per parameter (as gsplat's strategies expect), at each group's base rate."""
+def build_optimizers(model: GaussianModel, optim_cfg, scene_scale: float) -> Dict[str, Any]:
+    """An Adam per parameter (as gsplat's strategies expect), at each group's base rate.
+
+    ``optim.fused``: ``auto`` (the compiled :class:`~splattrain.adam.GaussianAdam` for CPU
+    parameters when the CPU library loads, ``torch.optim.Adam`` otherwise), ``true`` (compiled,
+    a ConfigError when it cannot be) or ``false`` (``torch.optim.Adam``). ``optim.sparse: true``
+    updates only the Gaussians seen in the step (always a GaussianAdam).
+    """
     lrs = base_lrs(optim_cfg, scene_scale)
+    fused = str(optim_cfg.get("fused", "auto")).lower()
+    if fused not in ("auto", "true", "false"):
+        raise ConfigError(f"optim.fused must be auto, true or false, not {optim_cfg.get('fused')!r}")
+    sparse = bool(optim_cfg.get("sparse", False))
+    library = _adam_library(model.means.device, fused) if fused != "false" else None
+    if library is None and not sparse and fused != "true":
+        return {
+            name: torch.optim.Adam([{"params": [param], "lr": lrs[name], "name": name}], eps=optim_cfg.eps)
+            for name, param in model.params.items()
+        }
     return {
-        name: torch.optim.Adam([{"params": [param], "lr": lrs[name], "name": name}], eps=optim_cfg.eps)
+        name: GaussianAdam([{"params": [param], "lr": lrs[name], "name": name}], eps=optim_cfg.eps,
+                           library=library, sparse=sparse)
         for name, param in model.params.items()
     }
+
+
+def _adam_library(device: torch.device, fused: str) -> Any:
+    """The CPU library for a compiled Adam step, or None (``auto`` off the CPU or without one)."""
+    from .render.cpu.build import BuildError, load_library
+
+    if device.type != "cpu":
+        if fused == "true":
+            raise ConfigError(f"optim.fused is true but the parameters are on '{device}'; the fused Adam runs on the CPU")
+        return None
+    try:
+        return load_library()
+    except BuildError as error:
+        if fused == "true":
+            raise ConfigError(f"optim.fused is true but the CPU library is unavailable: {error}") from None
+        return None
+
+
+def step_optimizers(optimizers: Dict[str, Any], infos: Iterable[Dict[str, Any]] = ()) -> None:
+    """Step every optimizer: all :class:`GaussianAdam` together in one library call (restricted to
+    the Gaussians the step's renders saw when they are sparse), any other by its own ``step()``."""
+    fused = [opt for opt in optimizers.values() if isinstance(opt, GaussianAdam)]
+    for optimizer in optimizers.values():
+        if not isinstance(optimizer, GaussianAdam):
+            optimizer.step()
+    if fused:
+        step_adam(fused, visible_gaussians(infos) if any(opt.sparse for opt in fused) else None)
 
 
 def clear_grads(optimizers: Dict[str, torch.optim.Optimizer]) -> None:

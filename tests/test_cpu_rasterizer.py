@@ -3,7 +3,8 @@
 Tolerances (float32): images, alphas and depths agree to ``atol=1e-5``; gradients to
 ``rtol=1e-4`` plus ``atol=1e-4 * max|reference gradient| + 1e-6`` (as in test_rasterizer.py);
 projected means, conics, depths and opacities to ``rtol=atol=1e-5``; radii (a ceil) within one
-pixel for under 1% of Gaussians; tile binning exactly for the same inputs.
+pixel for under 1% of Gaussians; tile binning exactly for the same inputs (without the
+ellipse test, which leaves a subset of the entries).
 Observed errors are about 1e-6 of the largest gradient. A short training run matches the torch
 backend's test PSNR within 0.1 dB. The library is compiled once per session into a temporary
 cache; the tests skip only when the machine has no C++ compiler (the fallback test simulates
@@ -96,12 +97,11 @@ def assert_info_matches(ours: dict, ref: dict) -> None:
             ours[key][visible].detach(), ref[key][visible].detach(), rtol=PROJECTION_TOL, atol=PROJECTION_TOL
         )
     if torch.equal(ours["radii"], ref["radii"]):
-        # Same tiles per Gaussian; list order may differ only where depths tie to the last bit.
-        for key in ("tiles_per_gauss", "isect_offsets"):
-            assert torch.equal(ours[key], ref[key]), key
-        assert torch.equal(ours["isect_ids"] >> 32, ref["isect_ids"] >> 32)
-        pairs = [(info["isect_ids"] >> 32 << 32 | info["flatten_ids"].long()).sort()[0] for info in (ours, ref)]
-        assert torch.equal(*pairs)
+        # The CPU lists leave out the tiles of a Gaussian's rectangle its ellipse misses (see
+        # test_snug_tiles.py): a subset of the reference's (camera, tile, Gaussian) entries.
+        assert (ours["tiles_per_gauss"] <= ref["tiles_per_gauss"]).all()
+        pairs = [set((info["isect_ids"] >> 32 << 32 | info["flatten_ids"].long()).tolist()) for info in (ours, ref)]
+        assert pairs[0] <= pairs[1]
 
 
 # -- parity on random scenes ----------------------------------------------------------------

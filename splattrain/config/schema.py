@@ -86,6 +86,8 @@ class OptimConfig:
     # see docs/optimisation.md. Unnamed groups are fixed, means defaults to the 3DGS decay.
     schedules: Dict[str, Any] = field(default_factory=dict)
     accumulate_steps: int = 1  # micro-batches of trainer.batch_size views whose gradients make one step
+    fused: str = "auto"  # auto | true | false: Adam stepped by the compiled CPU library (docs/optimisation.md)
+    sparse: bool = False  # update only the Gaussians seen in the step (visible-only Adam)
 
 
 @dataclass

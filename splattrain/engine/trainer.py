@@ -21,7 +21,7 @@ from ..io.atomic import atomic_link
 from ..losses import build_loss
 from ..metrics import Evaluator, mean_metrics
 from ..model.gaussians import degree_for_step
-from ..optim import build_optimizers, build_schedulers, clear_grads
+from ..optim import build_optimizers, build_schedulers, clear_grads, step_optimizers
 from ..registry import TRAINERS
 from ..render import build_renderer
 from ..strategy import build_strategy
@@ -189,8 +189,7 @@ class DefaultTrainer:
         self.call_hook("after_backward", step, outputs)
         if not outputs.get("skip_update"):
             self.strategy.post_backward(self.model.params, self.optimizers, self.strategy_state, step, infos)
-            for optimizer in self.optimizers.values():
-                optimizer.step()
+            step_optimizers(self.optimizers, infos)
         clear_grads(self.optimizers)
         for scheduler in self.schedulers:
             scheduler.step(step)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("rasterize.cpp", "project.cpp", "ssim.cpp"))
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("rasterize.cpp", "project.cpp", "ssim.cpp", "adam.cpp"))
 HEADERS = tuple(Path(__file__).with_name(name) for name in ("common.h", "composite_tile.inc"))
 FLAGS = ("-std=c++17", "-O3", "-fno-math-errno", "-fno-trapping-math", "-fopenmp-simd", "-fPIC", "-shared", "-pthread")
 BUILD_TIMEOUT_S = 300
@@ -178,9 +178,9 @@ def _declare(handle: ctypes.CDLL) -> None:
             function = getattr(handle, f"splat_{name}_{suffix}")
             function.argtypes, function.restype = args, None
         count = getattr(handle, f"splat_bin_count_{suffix}")
-        count.argtypes, count.restype = [ptr, ptr, i64, i64, *grid, i32, ptr, ptr], i64
+        count.argtypes, count.restype = [ptr] * 4 + [i64, i64, *grid, i32, i32, i32, ptr, ptr, ptr], i64
         fill = getattr(handle, f"splat_bin_fill_{suffix}")
-        fill.argtypes, fill.restype = [ptr, i64, i64, i32, i32, *[ptr] * 5], None
+        fill.argtypes, fill.restype = [ptr] * 4 + [i64, i64, *grid, i32, i32, *[ptr] * 6], None
         forward = getattr(handle, f"splat_forward_{suffix}")
         forward.argtypes, forward.restype = [*scene, ptr, ptr, ptr], None
         backward = getattr(handle, f"splat_backward_{suffix}")
@@ -190,6 +190,8 @@ def _declare(handle: ctypes.CDLL) -> None:
         ssim_forward.argtypes, ssim_forward.restype = [*images, ptr], f64
         ssim_backward = getattr(handle, f"splat_ssim_backward_{suffix}")
         ssim_backward.argtypes, ssim_backward.restype = [*images, ptr, f64, ptr], None
+    adam = handle.splat_adam_step_f32
+    adam.argtypes, adam.restype = [ptr] * 7 + [i32, ptr, i32], None
     handle.splat_shares_openmp_team.argtypes, handle.splat_shares_openmp_team.restype = [], i32
     handle.splat_use_openmp_team.argtypes, handle.splat_use_openmp_team.restype = [i32], i32
     handle.splat_widest_isa.argtypes, handle.splat_widest_isa.restype = [], i32

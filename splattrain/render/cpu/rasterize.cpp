@@ -80,19 +80,74 @@ int64_t tile_rect(const S* mean, const int32_t* radius, int tile_size, int tiles
     return static_cast<int64_t>(rect[2] - rect[0]) * (rect[3] - rect[1]);
 }
 
-// Counts the tiles of every projected Gaussian into tiles_per_gauss and keeps their rectangles
-// in rects [C * N, 4] for bin_fill; returns the total.
+// Whether a Gaussian's ellipse at the alpha threshold, sigma <= log(opacity / threshold) plus
+// kReachMargin (the level the compositing kernels test, see find_reach), reaches a pixel centre
+// of a tile: the minimum of the conic's quadratic form over the tile's rectangle of pixel
+// centres, found on its edges when the mean lies outside. Tiles of the bounding rectangle that
+// fail it hold no pixel the Gaussian contributes to, so leaving them out of the lists changes
+// no image and no gradient, only the work (Speedy-Splat's AccuTile).
 template <typename S>
-int64_t bin_count(const S* means2d, const int32_t* radii, int64_t n_cams, int64_t n_gauss, int tile_size,
-                  int tiles_x, int tiles_y, int threads, int32_t* tiles_per_gauss, int32_t* rects) {
+struct Footprint {
+    double mx, my, a, b, c, level;
+    bool exact;  // false: keep every tile of the rectangle (degenerate conic, no conic given)
+
+    Footprint(const S* means2d, const S* conics, const S* opacities, int64_t i) : exact(false) {
+        if (conics == nullptr) return;
+        mx = means2d[2 * i];
+        my = means2d[2 * i + 1];
+        a = conics[3 * i];
+        b = conics[3 * i + 1];
+        c = conics[3 * i + 2];
+        const double opacity = opacities[i];
+        exact = a > 0 && c > 0 && a * c - b * b > 0 && opacity > 0 && std::isfinite(mx) && std::isfinite(my);
+        level = 2.0 * (std::log(opacity / kAlphaThreshold) + kReachMargin);  // on q = 2 sigma
+    }
+
+    double q(double dx, double dy) const { return a * dx * dx + 2.0 * b * dx * dy + c * dy * dy; }
+
+    bool reaches(int tx, int ty, int tile_size, int width, int height) const {
+        if (!exact) return true;
+        const double x0 = tx * tile_size + 0.5 - mx, y0 = ty * tile_size + 0.5 - my;
+        const double x1 = std::min(tx * tile_size + tile_size, width) - 0.5 - mx;
+        const double y1 = std::min(ty * tile_size + tile_size, height) - 0.5 - my;
+        if (x0 <= 0 && 0 <= x1 && y0 <= 0 && 0 <= y1) return true;
+        double best = HUGE_VAL;
+        for (double x : {x0, x1}) best = std::min(best, q(x, std::clamp(-b * x / c, y0, y1)));
+        for (double y : {y0, y1}) best = std::min(best, q(std::clamp(-b * y / a, x0, x1), y));
+        return best <= level;
+    }
+};
+
+// Counts the tiles of every projected Gaussian into tiles_per_gauss and keeps their rectangles
+// in rects [C * N, 4] for bin_fill; returns the total. With conics (and opacities), only the
+// tiles of the rectangle the Gaussian's ellipse reaches are counted (Footprint), and for
+// rectangles of at most 64 tiles `masks` [C * N] keeps which, row-major in the rectangle.
+template <typename S>
+int64_t bin_count(const S* means2d, const int32_t* radii, const S* conics, const S* opacities, int64_t n_cams,
+                  int64_t n_gauss, int tile_size, int tiles_x, int tiles_y, int width, int height, int threads,
+                  int32_t* tiles_per_gauss, int32_t* rects, uint64_t* masks) {
     constexpr int64_t kChunk = 4096;
     const int64_t n = n_cams * n_gauss, chunks = (n + kChunk - 1) / kChunk;
     std::vector<int64_t> totals(chunks, 0);
     parallel_for(chunks, threads, [&](int64_t chunk) {
         int64_t total = 0;
         for (int64_t i = chunk * kChunk; i < std::min(n, (chunk + 1) * kChunk); ++i) {
-            const int64_t count =
-                tile_rect(means2d + 2 * i, radii + 2 * i, tile_size, tiles_x, tiles_y, rects + 4 * i);
+            int32_t* rect = rects + 4 * i;
+            int64_t count = tile_rect(means2d + 2 * i, radii + 2 * i, tile_size, tiles_x, tiles_y, rect);
+            const Footprint<S> foot(means2d, conics, opacities, i);
+            if (masks != nullptr) masks[i] = 0;
+            if (count > 0 && foot.exact) {
+                uint64_t mask = 0;
+                int64_t kept = 0, bit = 0;
+                for (int ty = rect[1]; ty < rect[3]; ++ty)
+                    for (int tx = rect[0]; tx < rect[2]; ++tx, ++bit)
+                        if (foot.reaches(tx, ty, tile_size, width, height)) {
+                            ++kept;
+                            if (bit < 64) mask |= uint64_t{1} << bit;
+                        }
+                count = kept;
+                if (masks != nullptr) masks[i] = mask;
+            }
             tiles_per_gauss[i] = static_cast<int32_t>(count);
             total += count;
         }
@@ -107,9 +162,29 @@ int64_t bin_count(const S* means2d, const int32_t* radii, int64_t n_cams, int64_
 // Gaussians are radix-sorted by the float bits of their depth (stable, so ties keep flat-index
 // order) and appended to their tiles in that order: the PyTorch backend's stable sort by
 // (camera, tile, depth) keys, without sorting every tile.
-void bin_fill(const float* depths, int64_t n_cams, int64_t n_gauss, int tiles_x, int tiles_y,
-              const int32_t* tiles_per_gauss, const int32_t* rects, int64_t* isect_ids, int32_t* flatten_ids,
-              int32_t* offsets) {
+template <typename S>
+void bin_fill(const float* depths, const S* means2d, const S* conics, const S* opacities, int64_t n_cams,
+              int64_t n_gauss, int tile_size, int tiles_x, int tiles_y, int width, int height,
+              const int32_t* tiles_per_gauss, const int32_t* rects, const uint64_t* masks, int64_t* isect_ids,
+              int32_t* flatten_ids, int32_t* offsets) {
+    // Calls visit(tile) for each tile of Gaussian `id` that bin_count counted, row by row.
+    // A small rectangle's mask has exactly tiles_per_gauss bits set when bin_count cut it (and
+    // none otherwise), so the ellipse is only evaluated again for large or uncut rectangles.
+    auto for_tiles = [&](int32_t id, auto&& visit) {
+        const int32_t* rect = rects + 4 * static_cast<int64_t>(id);
+        const int64_t area = static_cast<int64_t>(rect[2] - rect[0]) * (rect[3] - rect[1]);
+        if (masks != nullptr && area <= 64 && __builtin_popcountll(masks[id]) == tiles_per_gauss[id]) {
+            int64_t bit = 0;
+            for (int ty = rect[1]; ty < rect[3]; ++ty)
+                for (int tx = rect[0]; tx < rect[2]; ++tx, ++bit)
+                    if ((masks[id] >> bit) & 1) visit(static_cast<int64_t>(ty) * tiles_x + tx);
+            return;
+        }
+        const Footprint<S> foot(means2d, conics, opacities, id);
+        for (int ty = rect[1]; ty < rect[3]; ++ty)
+            for (int tx = rect[0]; tx < rect[2]; ++tx)
+                if (foot.reaches(tx, ty, tile_size, width, height)) visit(static_cast<int64_t>(ty) * tiles_x + tx);
+    };
     const int64_t tiles = static_cast<int64_t>(tiles_x) * tiles_y;
     const int64_t n_lists = n_cams * tiles;
     auto depth_bits = [&](int32_t id) {
@@ -131,10 +206,8 @@ void bin_fill(const float* depths, int64_t n_cams, int64_t n_gauss, int tiles_x,
     }
     std::vector<int64_t> cursor(n_lists + 1, 0);
     for (int32_t id : order) {
-        const int32_t* rect = rects + 4 * static_cast<int64_t>(id);
         const int64_t base = (id / n_gauss) * tiles;
-        for (int64_t ty = rect[1]; ty < rect[3]; ++ty)
-            for (int64_t tx = rect[0]; tx < rect[2]; ++tx) ++cursor[base + ty * tiles_x + tx + 1];
+        for_tiles(id, [&](int64_t tile) { ++cursor[base + tile + 1]; });
     }
     for (int64_t t = 0; t < n_lists; ++t) {
         cursor[t + 1] += cursor[t];
@@ -143,17 +216,13 @@ void bin_fill(const float* depths, int64_t n_cams, int64_t n_gauss, int tiles_x,
     int tile_bits = 0;
     while ((int64_t{1} << tile_bits) <= tiles) ++tile_bits;
     for (int32_t id : order) {
-        const int32_t* rect = rects + 4 * static_cast<int64_t>(id);
         const int64_t cam = id / n_gauss;
         const int64_t bits = depth_bits(id);
-        for (int64_t ty = rect[1]; ty < rect[3]; ++ty) {
-            for (int64_t tx = rect[0]; tx < rect[2]; ++tx) {
-                const int64_t tile = ty * tiles_x + tx;
-                const int64_t k = cursor[cam * tiles + tile]++;
-                flatten_ids[k] = id;
-                isect_ids[k] = (cam << (tile_bits + 32)) | (tile << 32) | bits;
-            }
-        }
+        for_tiles(id, [&](int64_t tile) {
+            const int64_t k = cursor[cam * tiles + tile]++;
+            flatten_ids[k] = id;
+            isect_ids[k] = (cam << (tile_bits + 32)) | (tile << 32) | bits;
+        });
     }
 }
 
@@ -494,20 +563,21 @@ void composite_backward(const Scene<S>& s, int threads, const S* trans, const in
 }  // namespace
 
 #define SPLAT_EXPORTS(S, SUFFIX)                                                                   \
-    extern "C" int64_t splat_bin_count_##SUFFIX(const S* means2d, const int32_t* radii,           \
-                                                int64_t n_cams, int64_t n_gauss, int tile_size,    \
-                                                int tiles_x, int tiles_y, int threads,             \
-                                                int32_t* tiles_per_gauss, int32_t* rects) {        \
-        return bin_count(means2d, radii, n_cams, n_gauss, tile_size, tiles_x, tiles_y, threads,    \
-                         tiles_per_gauss, rects);                                                  \
-    }                                                                                              \
-    extern "C" void splat_bin_fill_##SUFFIX(                                                       \
-        const float* depths, int64_t n_cams, int64_t n_gauss, int tiles_x, int tiles_y,            \
-        const int32_t* tiles_per_gauss, const int32_t* rects, int64_t* isect_ids,                  \
-        int32_t* flatten_ids, int32_t* offsets) {                                                  \
-        bin_fill(depths, n_cams, n_gauss, tiles_x, tiles_y, tiles_per_gauss, rects, isect_ids,     \
-                 flatten_ids, offsets);                                                         \
-    }                                                                                              \
+    extern "C" int64_t splat_bin_count_##SUFFIX(                                                  \
+        const S* means2d, const int32_t* radii, const S* conics, const S* opacities, int64_t n_cams,   \
+        int64_t n_gauss, int tile_size, int tiles_x, int tiles_y, int width, int height, int threads,  \
+        int32_t* tiles_per_gauss, int32_t* rects, uint64_t* masks) {                                   \
+        return bin_count(means2d, radii, conics, opacities, n_cams, n_gauss, tile_size, tiles_x,       \
+                         tiles_y, width, height, threads, tiles_per_gauss, rects, masks);              \
+    }                                                                                                  \
+    extern "C" void splat_bin_fill_##SUFFIX(                                                           \
+        const float* depths, const S* means2d, const S* conics, const S* opacities, int64_t n_cams,    \
+        int64_t n_gauss, int tile_size, int tiles_x, int tiles_y, int width, int height,               \
+        const int32_t* tiles_per_gauss, const int32_t* rects, const uint64_t* masks,                   \
+        int64_t* isect_ids, int32_t* flatten_ids, int32_t* offsets) {                                  \
+        bin_fill(depths, means2d, conics, opacities, n_cams, n_gauss, tile_size, tiles_x, tiles_y,     \
+                 width, height, tiles_per_gauss, rects, masks, isect_ids, flatten_ids, offsets);       \
+    }                                                                                                  \
     extern "C" void splat_forward_##SUFFIX(                                                        \
         const S* means2d, const S* conics, const S* opacities, const S* colors,                    \
         const int32_t* offsets, const int32_t* flatten_ids, int64_t n_isects, int64_t n_cams,      \
