@@ -48,11 +48,14 @@ def test_default_strategy_densifies_from_gsplat_info_and_resumes(tmp_path, packe
     assert_same_run(straight, resumed)
 
 
-def test_gsplat_and_torch_renderers_train_alike(tmp_path):
+@pytest.mark.parametrize("packed", [False, True])
+def test_gsplat_and_torch_renderers_train_alike(tmp_path, packed):
+    """Same densification as the torch renderer; packed mode accumulates through info["gaussian_ids"]."""
     runs = {}
     for kind in ("gsplat", "torch"):
         record = RecordInfo()
-        trainer = make_trainer(tmp_path, kind, overrides=[f"renderer.type={kind}"], hooks=[record])
+        options = [f"renderer.packed={str(packed).lower()}"] if kind == "gsplat" else []
+        trainer = make_trainer(tmp_path, kind, overrides=[f"renderer.type={kind}", *options], hooks=[record])
         trainer.train()
         runs[kind] = (trainer, record)
     (gs, gs_record), (ref, ref_record) = runs["gsplat"], runs["torch"]
@@ -84,3 +87,11 @@ def test_sparse_grad_fit_matches_packed(tmp_path):
     assert packed.model.num_gaussians == sparse.model.num_gaussians > 300
     for name, param in packed.model.params.items():
         torch.testing.assert_close(sparse.model.params[name], param, rtol=1e-5, atol=1e-6)
+
+
+def test_the_shipped_gsplat_config_loads():
+    from conftest import REPO
+    from splattrain.config import load_config
+
+    cfg = load_config(REPO / "configs" / "demo_gsplat.yaml")
+    assert cfg.renderer.type == "gsplat" and cfg.renderer.packed and cfg.strategy.absgrad
