@@ -124,7 +124,7 @@ def _entries(optimizers: Iterable[GaussianAdam]) -> List[tuple]:
                     continue
                 state = optimizer.state[param]
                 if not state:
-                    state["step"] = torch.tensor(0.0)
+                    state["step"] = torch.tensor(0.0, device="cpu")  # a host counter, as torch.optim.Adam keeps it
                     state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
                     state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
                 state["step"] += 1

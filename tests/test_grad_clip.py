@@ -36,8 +36,8 @@ def test_pre_defined_clips_to_max_norm():
     trainer, hook = fake_trainer(), GradClipHook(mode="pre_defined", max_norm=2.0)
     hook.before_train(trainer)
     assert backward(trainer, hook, 5.0) == pytest.approx(2.0, rel=1e-6)
-    assert trainer.runtime_info["grad_norm/before"] == pytest.approx(5.0, rel=1e-6)
-    assert trainer.runtime_info["grad_norm/after"] == pytest.approx(2.0, rel=1e-6)
+    assert float(trainer.runtime_info["grad_norm/before"]) == pytest.approx(5.0, rel=1e-6)
+    assert float(trainer.runtime_info["grad_norm/after"]) == pytest.approx(2.0, rel=1e-6)
     assert backward(trainer, hook, 1.5, step=2) == pytest.approx(1.5, rel=1e-6)  # below: untouched
     assert hook.clipped == 1
 
@@ -73,7 +73,7 @@ def test_moving_average_clips_at_tolerance_times_the_moving_average():
     assert backward(trainer, hook, 4.0, 2) == pytest.approx(3.0, rel=1e-6)  # clipped at 1.5 x 2
     assert hook.average == pytest.approx(2.5)  # 0.5 x 2 + 0.5 x 3
     assert backward(trainer, hook, 1.0, 3) == pytest.approx(1.0)  # threshold 3.75: not clipped
-    assert trainer.runtime_info["grad_norm/threshold"] == pytest.approx(3.75)
+    assert float(trainer.runtime_info["grad_norm/threshold"]) == pytest.approx(3.75)
     assert hook.average == pytest.approx(1.75)
 
 

@@ -53,17 +53,25 @@ def test_relocation_matches_equation_9(dtype, rel):
     torch.testing.assert_close(new_s[single], scales[single])
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="gsplat's relocation kernel needs CUDA")
 def test_relocation_matches_gsplat_kernel():
+    """gsplat's ``compute_relocation`` (its argument handling: ratio clamping, int cast) with the
+    CUDA ``relocation_kernel`` replaced by a line-by-line float32 transcription of RelocationCUDA.cu
+    (tests/gsplat_on_cpu.py), against splattrain's float64 series cast to float32."""
     from gsplat.relocation import compute_relocation
 
-    o = torch.rand(200, device="cuda") * 0.98 + 0.01
-    scales = torch.rand(200, 3, device="cuda") + 0.1
-    ratios = torch.randint(1, 20, (200,), device="cuda")
-    binoms = mcmc.binomial_table().cuda()
+    from gsplat_on_cpu import gsplat_on_cpu
+
+    g = torch.Generator().manual_seed(0)
+    o = torch.rand(200, generator=g) * 0.98 + 0.01
+    scales = torch.rand(200, 3, generator=g) + 0.1
+    ratios = torch.randint(1, 20, (200,), generator=g)
+    ratios[:3] = torch.tensor([0, 51, 70])  # clamped to [1, n_max] by both
+    binoms = mcmc.binomial_table().float()
     ours = mcmc.compute_relocation(o, scales, ratios, binoms)
-    theirs = compute_relocation(o, scales, ratios.clone(), binoms)
+    with gsplat_on_cpu():
+        theirs = compute_relocation(o, scales, ratios.clone(), binoms)
     for a, b in zip(ours, theirs):
+        assert a.dtype == b.dtype == torch.float32
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 

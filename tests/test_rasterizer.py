@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import sys
-import types
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -22,6 +21,7 @@ from torch import Tensor
 
 from splattrain.render import torch_rasterizer
 from splattrain.render.torch_rasterizer import project, rasterize
+from gsplat_on_cpu import fake_nerfacc, rasterize_to_indices_in_range
 from reference_rasterizer import composite_reference, project_reference, rasterize_reference
 
 IMAGE_ATOL = 1e-5
@@ -434,80 +434,14 @@ def test_info_drives_gsplat_default_strategy():
     step(2)  # the grown set renders and back-propagates
 
 
-def _indices_in_range(
-    range_start: int, range_end: int, transmittances: Tensor, means2d: Tensor, conics: Tensor,
-    opacities: Tensor, image_width: int, image_height: int, tile_size: int,
-    isect_offsets: Tensor, flatten_ids: Tensor,
-) -> Tuple[Tensor, Tensor, Tensor]:
-    """CPU stand-in for gsplat's CUDA ``rasterize_to_indices_in_range`` (same rules, pixel order)."""
-    n_images, n_gauss = means2d.shape[:2]
-    block = tile_size * tile_size
-    offsets = isect_offsets.flatten().long()
-    ends = torch.cat([offsets[1:], offsets.new_tensor([flatten_ids.numel()])])
-    tile_height, tile_width = isect_offsets.shape[-2:]
-    gauss_out, pixel_out = [], []
-    for tile in range(offsets.numel()):
-        image, local = divmod(tile, tile_height * tile_width)
-        start = int(offsets[tile]) + range_start * block
-        end = min(int(ends[tile]), int(offsets[tile]) + range_end * block)
-        if start >= end:
-            continue
-        ids = flatten_ids[start:end].long()
-        ys, xs = torch.meshgrid(
-            torch.arange(local // tile_width * tile_size, (local // tile_width + 1) * tile_size),
-            torch.arange(local % tile_width * tile_size, (local % tile_width + 1) * tile_size),
-            indexing="ij",
-        )
-        inside = (ys < image_height) & (xs < image_width)
-        ys, xs = ys[inside], xs[inside]
-        delta = means2d.reshape(-1, 2)[ids][None] - torch.stack([xs, ys], -1)[:, None].float() - 0.5
-        a, b, c = conics.reshape(-1, 3)[ids].unbind(-1)
-        dx, dy = delta.unbind(-1)
-        sigma = 0.5 * (a * dx**2 + c * dy**2) + b * dx * dy
-        alpha = torch.clamp(opacities.reshape(-1)[ids] * torch.exp(-sigma), max=0.999)
-        valid = (sigma >= 0) & (alpha >= 1.0 / 255.0)
-        pixels = ys * image_width + xs
-        trans = transmittances[image].reshape(-1)[pixels][:, None] * torch.cumprod(1 - alpha * valid, -1)
-        pix_idx, slot_idx = torch.nonzero(valid & (trans > 1e-4), as_tuple=True)
-        gauss_out.append(ids[slot_idx] % n_gauss)
-        pixel_out.append(image * image_height * image_width + pixels[pix_idx])
-    gauss = torch.cat(gauss_out) if gauss_out else torch.zeros(0, dtype=torch.long)
-    pixel = torch.cat(pixel_out) if pixel_out else torch.zeros(0, dtype=torch.long)
-    pixel, order = torch.sort(pixel, stable=True)
-    n_pixels = image_height * image_width
-    return gauss[order], pixel % n_pixels, pixel // n_pixels
-
-
-def _fake_nerfacc() -> types.ModuleType:
-    """The two nerfacc functions gsplat's ``accumulate`` needs, in plain PyTorch."""
-
-    def render_weight_from_alpha(
-        alphas: Tensor, ray_indices: Tensor, n_rays: int
-    ) -> Tuple[Tensor, Tensor]:
-        counts = torch.unique_consecutive(ray_indices, return_counts=True)[1].tolist()
-        per_ray = [torch.cumprod(torch.cat([a.new_ones(1), 1 - a[:-1]]), 0) for a in alphas.split(counts)]
-        trans = torch.cat(per_ray) if per_ray else alphas.new_zeros(0)
-        return alphas * trans, trans
-
-    def accumulate_along_rays(
-        weights: Tensor, values: Optional[Tensor], ray_indices: Tensor, n_rays: int
-    ) -> Tensor:
-        src = weights[:, None] if values is None else weights[:, None] * values
-        return src.new_zeros(n_rays, src.shape[-1]).index_add_(0, ray_indices, src)
-
-    module = types.ModuleType("nerfacc")
-    module.render_weight_from_alpha = render_weight_from_alpha
-    module.accumulate_along_rays = accumulate_along_rays
-    return module
-
-
 def test_matches_gsplat_torch_rasterize_to_pixels(monkeypatch):
     """gsplat's slow PyTorch compositing, fed our projection and tile intersections.
 
-    On CPU it needs two stand-ins: its CUDA ``rasterize_to_indices_in_range`` and ``nerfacc``.
+    On CPU it needs two stand-ins (from gsplat_on_cpu): its CUDA ``rasterize_to_indices_in_range``
+    and ``nerfacc``.
     """
-    monkeypatch.setattr(_wrapper, "rasterize_to_indices_in_range", _indices_in_range)
-    monkeypatch.setitem(sys.modules, "nerfacc", _fake_nerfacc())
+    monkeypatch.setattr(_wrapper, "rasterize_to_indices_in_range", rasterize_to_indices_in_range)
+    monkeypatch.setitem(sys.modules, "nerfacc", fake_nerfacc())
     scene = make_scene(15, n=300, width=40, height=28, n_cams=2)
     backgrounds = torch.rand(2, 3)
     for mode in ("classic", "antialiased"):

@@ -114,7 +114,7 @@ class DataPipeline:
 
     def _next_index(self) -> int:
         if self._position >= len(self._order):
-            self._order = torch.randperm(len(self.train_frames), generator=self._generator).tolist()
+            self._order = torch.randperm(len(self.train_frames), generator=self._generator, device="cpu").tolist()
             self._position = 0
         index = self._order[self._position]
         self._position += 1

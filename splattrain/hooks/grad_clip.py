@@ -30,8 +30,8 @@ class GradClipHook(Hook):
     raise the threshold for the steps after it; the adaptive modes do not clip their first
     step, which starts the history. The norm is taken over every Gaussian's gradients, so
     it follows the Gaussian count as densification changes it. Each step the norm before
-    and after clipping and the threshold go to ``trainer.runtime_info`` (``grad_norm/*``,
-    written by LogHook at its interval). The history is kept in checkpoints. Steps another
+    and after clipping and the threshold (inf until an adaptive history starts) go to ``trainer.runtime_info`` (``grad_norm/*``, as device
+    tensors, read back by LogHook at its interval: the hook itself never waits for the device). The history is kept in checkpoints. Steps another
     hook dropped (``outputs["skip_update"]``) are left alone.
 
     Args:
@@ -70,10 +70,30 @@ class GradClipHook(Hook):
         self.tolerance = tolerance
         self.momentum = momentum
         self.groups: Optional[List[str]] = list(groups) if groups is not None else None
-        self.count = 0  # steps in the history
-        self.total = 0.0  # sum of the applied norms
-        self.average: Optional[float] = None  # moving average of the applied norms
-        self.clipped = 0  # steps that were clipped
+        # The history lives on the gradients' device (moved there at first use) so that a step
+        # never waits for the device: count of steps in it, sum and moving average of the
+        # applied norms, clipped steps. The properties below read it back (a host sync).
+        self._history: Dict[str, Any] = {"count": 0, "total": 0.0, "average": None, "clipped": 0}
+
+    @property
+    def count(self) -> int:
+        """Steps in the history."""
+        return int(self._history["count"])
+
+    @property
+    def total(self) -> float:
+        """Sum of the applied norms."""
+        return float(self._history["total"])
+
+    @property
+    def average(self) -> Optional[float]:
+        """Moving average of the applied norms (None before the first)."""
+        return None if self.count == 0 else float(self._history["average"])
+
+    @property
+    def clipped(self) -> int:
+        """Steps that were clipped."""
+        return int(self._history["clipped"])
 
     def before_train(self, trainer) -> None:
         unknown = sorted(set(self.groups or []) - set(trainer.model.params.keys()))
@@ -82,12 +102,35 @@ class GradClipHook(Hook):
                               f"(groups: {', '.join(trainer.model.params.keys())})")
 
     def threshold(self) -> Optional[float]:
-        """The norm the next step is clipped at (None: not clipped)."""
+        """The norm the next step is clipped at (None: not clipped); reads the device."""
         if self.mode == "pre_defined":
             return self.max_norm
         if self.count == 0:
             return None
-        return self.tolerance * (self.total / self.count if self.mode == "average" else self.average)
+        count = self._history["count"]
+        return float(self._limit(count.device if isinstance(count, torch.Tensor) else torch.device("cpu")))
+
+    def _limit(self, device: torch.device) -> torch.Tensor:
+        """The threshold as a tensor on ``device``: inf while the adaptive history is empty."""
+        if self.mode == "pre_defined":
+            return torch.full((), float(self.max_norm), device=device)  # a fill, no host-to-device copy
+        h = self._on(device)
+        mean = h["total"] / h["count"] if self.mode == "average" else h["average"]
+        return torch.where(h["count"] > 0, self.tolerance * mean, torch.full_like(mean, math.inf))
+
+    def _on(self, device: torch.device) -> Dict[str, torch.Tensor]:
+        """The history as tensors on ``device`` (converted once; checkpoints hold numbers)."""
+        h = self._history
+        if not isinstance(h["count"], torch.Tensor) or h["count"].device != device:
+            average = 0.0 if h["average"] is None else h["average"]
+            real = torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
+            self._history = h = {
+                "count": torch.as_tensor(h["count"], dtype=torch.int64, device=device),
+                "total": torch.as_tensor(h["total"], dtype=real, device=device),
+                "average": torch.as_tensor(average, dtype=real, device=device),
+                "clipped": torch.as_tensor(h["clipped"], dtype=torch.int64, device=device),
+            }
+        return h
 
     def after_backward(self, trainer, step: int, outputs: Dict[str, Any]) -> None:
         if outputs.get("skip_update"):
@@ -96,35 +139,37 @@ class GradClipHook(Hook):
         grads = [p.grad for p in (trainer.model.params[n] for n in names) if p.grad is not None and p.numel()]
         if not grads:
             return
+        device = grads[0].device
         before = self._norm(grads)
-        limit = self.threshold()
-        after = before
-        if limit is not None and before > limit:
-            for grad in grads:
-                grad.mul_(limit / before)
-            after = self._norm(grads)
-            self.clipped += 1
-        if math.isfinite(after):
-            self._record(after)
-        trainer.runtime_info.update({"grad_norm/before": before, "grad_norm/after": after})
-        if limit is not None:
-            trainer.runtime_info["grad_norm/threshold"] = limit
+        limit = self._limit(device)
+        clip = before > limit  # False for a NaN norm, as for an empty history
+        factor = torch.where(clip, limit / before, torch.ones_like(before)).to(grads[0].dtype)
+        for grad in grads:
+            grad.mul_(factor)
+        after = torch.where(clip, self._norm(grads), before)
+        self._record(after, clip, device)
+        trainer.runtime_info.update({"grad_norm/before": before, "grad_norm/after": after, "grad_norm/threshold": limit})
 
-    def _norm(self, grads: List[torch.Tensor]) -> float:
-        """The p-norm of all ``grads`` together."""
+    def _norm(self, grads: List[torch.Tensor]) -> torch.Tensor:
+        """The p-norm of all ``grads`` together (a float64 tensor on their device)."""
         norms = torch.stack([torch.linalg.vector_norm(g, self.norm_type) for g in grads])
-        return float(torch.linalg.vector_norm(norms, self.norm_type))
+        norm = torch.linalg.vector_norm(norms, self.norm_type)
+        return norm if norm.device.type == "mps" else norm.double()
 
-    def _record(self, norm: float) -> None:
-        self.count += 1
-        self.total += norm
-        self.average = norm if self.average is None else (1.0 - self.momentum) * self.average + self.momentum * norm
+    def _record(self, norm: torch.Tensor, clip: torch.Tensor, device: torch.device) -> None:
+        h = self._on(device)
+        finite = torch.isfinite(norm)
+        value = torch.where(finite, norm, torch.zeros_like(norm))
+        first = h["count"] == 0
+        moved = (1.0 - self.momentum) * h["average"] + self.momentum * value
+        h["average"] = torch.where(finite, torch.where(first, value, moved), h["average"])
+        h["total"] = h["total"] + value
+        h["count"] = h["count"] + finite.long()
+        h["clipped"] = h["clipped"] + clip.long()
 
     def state_dict(self) -> Dict[str, Any]:
         return {"count": self.count, "total": self.total, "average": self.average, "clipped": self.clipped}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.count = int(state["count"])
-        self.total = float(state["total"])
-        self.average = state["average"]
-        self.clipped = int(state["clipped"])
+        self._history = {"count": int(state["count"]), "total": float(state["total"]),
+                         "average": state["average"], "clipped": int(state["clipped"])}

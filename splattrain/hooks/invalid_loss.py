@@ -54,7 +54,7 @@ class CheckInvalidLossHook(Hook):
             return
         losses = outputs["losses"]
         if bool(torch.isfinite(torch.stack([v.detach().float() for v in losses.values()])).all()):
-            return  # one device sync per check
+            return  # one device-to-host read per check: the skip decision precedes the update (use interval to thin it)
         values = {name: float(value.detach()) for name, value in losses.items()}
         terms = ", ".join(f"{name} = {value}" for name, value in values.items() if not math.isfinite(value))
         views = ", ".join(_invalid_views(trainer, outputs)) or "none alone (a regulariser)"

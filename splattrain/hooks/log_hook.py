@@ -39,7 +39,9 @@ class LogHook(Hook):
     """Progress bar or lines, validation report; scalars, image grids and histograms to the writers.
 
     Every ``interval`` steps (the log interval, config ``default_hooks.logger.interval``)
-    it writes train/loss (the weighted sum), loss/<term> (each term, unweighted), train/ema_loss, train/num_gaussians, train/sh_degree,
+    it reads the step's values back from the device in one copy (never in between: the EMA loss
+    and other hooks' tensors in ``trainer.runtime_info`` stay on the device) and writes train/loss (the
+    weighted sum), loss/<term> (each term, unweighted), train/ema_loss, train/num_gaussians, train/sh_degree,
     lr/<group> for every optimizer, time/step_ms, memory/* and whatever other hooks put in
     ``trainer.runtime_info``, and prints a plain progress line when the terminal is not
     interactive. At each validation it writes
@@ -71,7 +73,9 @@ class LogHook(Hook):
         self.num_val_images = num_val_images
         self.report_views = report_views
         self.error_scale = error_scale
-        self.ema_loss: Optional[float] = None
+        self.ema_loss: Optional[float] = None  # as last read back from the device
+        self._ema_tensor: Optional[torch.Tensor] = None
+        self._fields: Optional[Dict[str, Any]] = None
         self.previous_val: Dict[str, float] = {}
         self._progress: Optional[ProgressLogger] = None
         self._step_started = 0.0
@@ -88,24 +92,32 @@ class LogHook(Hook):
     def after_train_iter(self, trainer, step: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
         self._timed_seconds += time.perf_counter() - self._step_started
         self._timed_steps += 1
-        loss = outputs["losses"]["loss"].item()
-        self.ema_loss = loss if self.ema_loss is None else self.ema * self.ema_loss + (1.0 - self.ema) * loss
+        losses = {name: value.detach() for name, value in outputs["losses"].items()}
+        self._update_ema(losses["loss"])
+        due = self.every_n_steps(trainer, self.interval) or self.is_last_step(trainer)
         lrs = {name: optimizer.param_groups[0]["lr"] for name, optimizer in trainer.optimizers.items()}
-        fields: Dict[str, Any] = {"loss": self.ema_loss, "gaussians": trainer.model.num_gaussians, "lr": lrs["means"]}
-        if trainer.last_metrics.get("psnr") is not None:
-            fields["psnr"] = trainer.last_metrics["psnr"]
+        runtime_info = getattr(trainer, "runtime_info", {})  # what other hooks measured
+        if due or self._fields is None:
+            # The only device-to-host read of the step's values, once per log interval (and on
+            # the first step, for the progress display): running values stay on the device.
+            values = self._read({**{f"loss/{k}": v for k, v in losses.items()}, "ema": self._ema_tensor,
+                                 **{k: v for k, v in runtime_info.items() if isinstance(v, torch.Tensor)}})
+            self.ema_loss = values.pop("ema")
+            self._fields = {"loss": self.ema_loss, "gaussians": trainer.model.num_gaussians, "lr": lrs["means"]}
+            if trainer.last_metrics.get("psnr") is not None:
+                self._fields["psnr"] = trainer.last_metrics["psnr"]
         if self._progress is not None:
-            self._progress.update(step, fields)
-        if self.every_n_steps(trainer, self.interval) or self.is_last_step(trainer):
-            scalars = {("train/loss" if k == "loss" else f"loss/{k}"): v.item() for k, v in outputs["losses"].items()}
+            self._progress.update(step, self._fields)
+        if due:
+            scalars = {("train/loss" if k == "loss/loss" else k): v for k, v in values.items() if k.startswith("loss/")}
             scalars["train/ema_loss"] = self.ema_loss
             scalars["train/num_gaussians"] = trainer.model.num_gaussians
             scalars["train/sh_degree"] = outputs["sh_degree"]
             scalars.update({f"lr/{name}": lr for name, lr in lrs.items()})
             scalars["time/step_ms"] = 1000.0 * self._timed_seconds / max(1, self._timed_steps)
             scalars.update(memory_scalars(trainer.device))
-            runtime_info = getattr(trainer, "runtime_info", {})  # what timing hooks measured
             scalars.update({k: v for k, v in runtime_info.items() if isinstance(v, (int, float))})
+            scalars.update({k: v for k, v in values.items() if not k.startswith("loss/")})
             self._timed_seconds, self._timed_steps = 0.0, 0
             trainer.writers.write_scalars(scalars, step)
 
@@ -113,6 +125,24 @@ class LogHook(Hook):
         """The progress bar says "paused" (ETA and rate leave the paused time out)."""
         if self._progress is not None:
             self._progress.set_paused(paused, trainer.step)
+
+    def _update_ema(self, loss: torch.Tensor) -> None:
+        """EMA = ema * old + (1 - ema) * new, on the loss's device (no host read)."""
+        if self._ema_tensor is None:
+            self._ema_tensor = loss.float().clone() if self.ema_loss is None else \
+                torch.full((), self.ema_loss, dtype=torch.float32, device=loss.device)  # restored from a checkpoint
+            if self.ema_loss is None:
+                return
+        self._ema_tensor.mul_(self.ema).add_(loss.float(), alpha=1.0 - self.ema)
+
+    @staticmethod
+    def _read(tensors: Dict[str, torch.Tensor]) -> Dict[str, float]:
+        """Every value in one device-to-host copy."""
+        if not tensors:
+            return {}
+        stacked = torch.stack([t.detach().reshape(()).to(torch.float64 if t.device.type != "mps" else torch.float32)
+                               for t in tensors.values()])
+        return dict(zip(tensors, stacked.tolist()))
 
     def after_val_iter(self, trainer, index: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
         if index >= self.num_val_images or not len(trainer.writers):
@@ -154,6 +184,8 @@ class LogHook(Hook):
 
     def state_dict(self) -> Dict[str, Any]:
         state: Dict[str, Any] = {}
+        if self._ema_tensor is not None:  # read back at checkpoints only
+            self.ema_loss = float(self._ema_tensor)
         if self.ema_loss is not None:
             state["ema_loss"] = self.ema_loss
         if self.previous_val:
@@ -162,4 +194,5 @@ class LogHook(Hook):
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.ema_loss = state.get("ema_loss")
+        self._ema_tensor = None
         self.previous_val = dict(state.get("previous_val", {}))

@@ -172,7 +172,7 @@ class MemoryBudgetHook(Hook):
     # -- the model ---------------------------------------------------------------------
     def fit(self, trainer) -> None:
         """Fit the costs from the warm-up samples and derive the cap."""
-        counts, pixels, peaks = torch.tensor(self.samples, dtype=torch.float64).unbind(1)
+        counts, pixels, peaks = torch.tensor(self.samples, dtype=torch.float64, device="cpu").unbind(1)  # host numbers: no device read
         per_gaussian = float(bytes_per_gaussian(trainer.model))
         per_pixel = PIXEL_BYTES
         columns = [c for c, varies in ((counts, _spread(counts)), (pixels, _spread(pixels))) if varies]

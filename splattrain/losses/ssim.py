@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, List, Tuple
+from typing import Callable, Dict, List, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +30,22 @@ def ssim_nhwc(pred: Tensor, target: Tensor) -> Tensor:
     for applies, kernel in SSIM_KERNELS:
         if applies(pred, target):
             return kernel(pred, target)
-    return ssim(pred.permute(0, 3, 1, 2), target.permute(0, 3, 1, 2), data_range=1.0, size_average=True)
+    x, y = pred.permute(0, 3, 1, 2), target.permute(0, 3, 1, 2)
+    return ssim(x, y, data_range=1.0, size_average=True, win=_window(x.shape[1], x.device))
+
+
+_WINDOWS: Dict[Tuple[int, torch.device], Tensor] = {}
+
+
+def _window(channels: int, device: torch.device) -> Tensor:
+    """pytorch_msssim's Gaussian window [channels, 1, 1, 11], made on ``device`` once (pytorch_msssim
+    would build it on the CPU and copy it to the device at every call)."""
+    key = (channels, device)
+    if key not in _WINDOWS:
+        coords = torch.arange(_SSIM_WINDOW, dtype=torch.float32, device=device) - _SSIM_WINDOW // 2
+        g = torch.exp(-(coords**2) / (2 * _SSIM_SIGMA**2))
+        _WINDOWS[key] = (g / g.sum()).reshape(1, 1, 1, -1).repeat(channels, 1, 1, 1)
+    return _WINDOWS[key]
 
 
 def ssim_map(pred: Tensor, target: Tensor) -> Tensor:

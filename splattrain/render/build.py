@@ -51,9 +51,13 @@ def resolve_auto(device: torch.device, log: Message = None, warn: Message = None
 
 def build_renderer(
     spec: Mapping[str, Any], device: torch.device, log: Message = None, warn: Message = None, absgrad: bool = False,
+    gsplat_off_cuda: bool = False,
 ) -> Renderer:
     """The renderer ``{type, **options}`` (``type`` default ``auto``), ready for ``device``, with
-    ``absgrad`` set; ``log`` hears about the CPU backend's first-use compile and ``auto``'s choice."""
+    ``absgrad`` set; ``log`` hears about the CPU backend's first-use compile and ``auto``'s choice.
+
+    ``gsplat_off_cuda`` is for the test suite only, which runs gsplat's Python code on CPU with its
+    CUDA kernels replaced by reference implementations; nothing else sets it."""
     spec = dict(spec)
     kind = str(spec.get("type", "auto"))
     if kind == "auto":
@@ -63,7 +67,7 @@ def build_renderer(
         if extra:
             raise ConfigError(f"renderer.{extra[0]} is not an option of the {kind!r} renderer that renderer.type "
                               f"auto picked on this machine; set renderer.type or drop renderer.{extra[0]}")
-    elif kind == "gsplat" and device.type != "cuda":
+    elif kind == "gsplat" and device.type != "cuda" and not gsplat_off_cuda:
         raise ConfigError(f"renderer.type 'gsplat' needs a CUDA device, but the run uses '{device}'; use 'auto' or 'torch'")
     elif kind == "cpu":
         cpu_renderer.require_cpu_backend(device, log)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import List
 
+import torch
 from torch import Tensor
 
 from ..cameras import Camera, stack_cameras
@@ -17,8 +18,10 @@ class GsplatRenderer(Renderer):
     """gsplat's CUDA rasterizer (needs a CUDA device).
 
     Besides the common options: ``packed`` (gsplat's memory-saving packed mode: per-visible
-    Gaussian intermediates instead of [C, N] ones) and ``sparse_grad`` (sparse gradients for
-    the Gaussians' parameters; needs ``packed``).
+    Gaussian intermediates instead of [C, N] ones) and ``sparse_grad`` (gsplat's projection returns
+    sparse gradients for rotations and scales; needs ``packed``). splattrain's Adam optimizers take
+    dense gradients, so those are made dense where they leave gsplat: ``sparse_grad`` trains exactly
+    like ``packed`` alone and saves no memory of its own.
     """
 
     supports_absgrad = True
@@ -48,11 +51,26 @@ class GsplatRenderer(Renderer):
 
         viewmats, Ks, width, height = stack_cameras(cameras)
         C = viewmats.shape[0]
+        means, quats, scales = model.means, model.quats, model.scales
+        if self.sparse_grad:
+            means, quats, scales = (DenseGrad.apply(t) for t in (means, quats, scales))
         render, alpha, info = rasterization(
-            model.means, model.quats, model.scales, model.opacities, model.sh_coeffs, viewmats, Ks, width, height,
+            means, quats, scales, model.opacities, model.sh_coeffs, viewmats, Ks, width, height,
             near_plane=self.near_plane, far_plane=self.far_plane, eps2d=self.eps2d, tile_size=self.tile_size,
             sh_degree=sh_degree, backgrounds=background.expand(C, 3), render_mode="RGB+ED" if depth else "RGB",
             rasterize_mode=self.rasterize_mode, packed=self.packed, sparse_grad=self.sparse_grad,
             absgrad=self.absgrad,
         )
         return RenderResult(rgb=render[..., :3], alpha=alpha, depth=render[..., 3:] if depth else None, info=info)
+
+
+class DenseGrad(torch.autograd.Function):
+    """Identity whose backward turns a sparse incoming gradient into a dense one (for Adam)."""
+
+    @staticmethod
+    def forward(ctx, tensor: Tensor) -> Tensor:  # type: ignore[override]
+        return tensor.view_as(tensor)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:  # type: ignore[override]
+        return grad.to_dense() if grad.is_sparse else grad

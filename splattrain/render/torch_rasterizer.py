@@ -287,8 +287,8 @@ class _TileLists:
 
 def _just_below(value: float, dtype: torch.dtype) -> float:
     """The largest ``dtype`` number below ``value`` (turns ``x > t`` tests into ``x >= value``)."""
-    target = torch.tensor(value, dtype=dtype)
-    return torch.nextafter(target, torch.tensor(-math.inf, dtype=dtype)).item()
+    target = torch.tensor(value, dtype=dtype, device="cpu")  # a host constant: no device read
+    return torch.nextafter(target, torch.tensor(-math.inf, dtype=dtype, device="cpu")).item()
 
 
 class _Scratch:
