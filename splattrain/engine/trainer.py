@@ -56,7 +56,7 @@ class DefaultTrainer:
         self.max_steps = int(cfg.trainer.max_steps)
         self.background = torch.tensor(list(cfg.data.background), dtype=torch.float32, device=self.device)
 
-        self.data_type, scene = load_scene(cfg.data)
+        self.data_type, scene = load_scene(cfg.data, config_dir=config_dir)
         views = views_per_step(cfg.trainer.batch_size, cfg.optim.accumulate_steps, [f.camera for f in scene.train])
         self.data = DataPipeline(
             scene, self.background, self.device, seed=cfg.seed,
