@@ -52,6 +52,7 @@ def test_affine_appearance_starts_at_identity_and_learns_a_gain() -> None:
     rgb = torch.rand(2, 4, 4, 3)
     ids = torch.tensor([2, 0])
     assert torch.equal(module.apply(rgb, ids), rgb)
+    assert module.apply(rgb + 1.0, ids).max() == 1.0  # clipped as a camera clips
     optimizer = module.make_optimizer()
     for _ in range(200):
         loss = (module.apply(rgb, ids) - rgb * torch.tensor([[[[0.6]]], [[[1.3]]]])).abs().mean()

@@ -19,17 +19,22 @@ class AffineAppearance(ViewCorrection):
     Args:
         lr, lr_final: Adam learning rate, decayed exponentially to ``lr_final`` at the last step.
         weight_decay: pulls A - I and b towards zero (unused by 3DGS).
+        clamp: clip the result to [0, 1] as a camera does, so saturated pixels (a bright exposure
+            of a white wall) ask nothing of the scene.
     """
 
-    def __init__(self, n_views: int, lr: float = 5e-3, lr_final: float = 5e-4, weight_decay: float = 0.0) -> None:
+    def __init__(self, n_views: int, lr: float = 1e-2, lr_final: float = 1e-3, weight_decay: float = 0.0,
+                 clamp: bool = True) -> None:
         super().__init__(n_views, lr, lr_final, weight_decay)
+        self.clamp = clamp
         self.delta = torch.nn.Parameter(torch.zeros(n_views, 3, 4))  # [A - I | b]
 
     def apply(self, rgb: Tensor, view_ids: Tensor) -> Tensor:
         """The renders [C,H,W,3] of training views ``view_ids`` [C] in their own appearance."""
         delta = self.delta[view_ids.to(self.delta.device)]
         matrix = delta[:, :, :3] + torch.eye(3, device=rgb.device)
-        return torch.einsum("cij,chwj->chwi", matrix, rgb) + delta[:, None, None, :, 3]
+        out = torch.einsum("cij,chwj->chwi", matrix, rgb) + delta[:, None, None, :, 3]
+        return out.clamp(0.0, 1.0) if self.clamp else out
 
     def report(self) -> Dict[str, float]:
         """Mean and largest per-view gain (mean diagonal of A) departure from 1, and offset size."""
