@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))
 from splattrain.config import load_config  # noqa: E402
 from splattrain.config.schema import DataConfig  # noqa: E402
 from splattrain.console import Console  # noqa: E402
-from splattrain.data.loading import _find_scene  # noqa: E402
+from splattrain.data.loading import find_scene  # noqa: E402
 from splattrain.engine import DefaultTrainer  # noqa: E402
 
 COLUMNS = ["scene", "type", "views", "size", "steps", "train s", "PSNR", "SSIM", "cc_psnr", "Gaussians"]
@@ -33,7 +33,7 @@ QUIET = ["writers=[]", "metrics.lpips=false", "default_hooks.checkpoint.interval
 
 def scene_type(path: Path) -> str:
     """The reader that ``data.type: auto`` picks for ``path`` (after finding the scene below it)."""
-    return _find_scene(DataConfig(path=str(path)), None)[0]
+    return find_scene(DataConfig(path=str(path)), None)[0]
 
 
 def train_scene(path: Path, steps: int, preset: str = "auto", overrides: Sequence[str] = (),

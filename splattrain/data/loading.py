@@ -98,7 +98,7 @@ def _data_config(cfg: DataConfig | DictConfig) -> DataConfig:
     return data
 
 
-def _find_scene(data: DataConfig, config_dir: Optional[Path]) -> tuple[str, Path, dict, list[str]]:
+def find_scene(data: DataConfig, config_dir: Optional[Path]) -> tuple[str, Path, dict, list[str]]:
     """(reader name, scene folder, reader options, notes) for ``data``: a relative path is also
     looked for next to the config, and a COLMAP/nerfstudio scene below the folder given."""
     root, notes = resolve_data_path(data.path, config_dir)
@@ -143,7 +143,7 @@ def load_scene(cfg: DataConfig | DictConfig, config_dir: Optional[Path] = None) 
     maps the dataset's own world frame to the returned one (identity when not normalised).
     """
     data = _data_config(cfg)
-    kind, root, options, notes = _find_scene(data, config_dir)
+    kind, root, options, notes = find_scene(data, config_dir)
     reader = DATASETS.build({"type": kind, **options}, where="data.options")
     if not isinstance(reader, DatasetReader):
         raise ConfigError(f"dataset {kind!r} does not derive from splattrain.DatasetReader")
