@@ -17,7 +17,8 @@ EXIT_SIGTERM = 143
 
 #: ``splattrain list`` subjects and the registry attribute each lists.
 _REGISTRIES = {"hooks": "HOOKS", "writers": "WRITERS", "datasets": "DATASETS", "renderers": "RENDERERS",
-               "losses": "LOSSES", "strategies": "STRATEGIES", "trainers": "TRAINERS"}
+               "losses": "LOSSES", "strategies": "STRATEGIES", "trainers": "TRAINERS",
+               "appearance": "APPEARANCE", "pose_opt": "POSE_OPT"}
 
 
 def _parser() -> argparse.ArgumentParser:

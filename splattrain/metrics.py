@@ -1,4 +1,4 @@
-"""Image quality metrics for validation: PSNR, SSIM and (where available) LPIPS."""
+"""Image quality metrics for validation: PSNR, colour-corrected PSNR, SSIM and (where available) LPIPS."""
 
 from __future__ import annotations
 
@@ -19,6 +19,23 @@ def psnr(pred: Tensor, target: Tensor, mask: Optional[Tensor] = None) -> float:
     else:
         mse = (error * mask).sum() / (mask.sum() * error.shape[-1]).clamp_min(1)
     return float(-10.0 * torch.log10(mse.clamp_min(1e-12)))
+
+
+def color_correct(pred: Tensor, target: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+    """``pred`` [C,H,W,3] mapped per image by the affine colour transform (3x3 matrix plus offset)
+    that best fits ``target`` in least squares (over ``mask``'s pixels), clamped to [0, 1].
+
+    Scores taken after it ignore a view's global exposure and white balance: what a model with
+    learned per-image appearance cannot know for a held-out view."""
+    out = []
+    for k in range(pred.shape[0]):
+        x = pred[k].reshape(-1, 3).double()
+        y = target[k].reshape(-1, 3).double()
+        rows = mask[k].reshape(-1) if mask is not None else torch.ones(len(x), dtype=torch.bool, device=x.device)
+        features = torch.cat([x, torch.ones_like(x[:, :1])], dim=1)
+        solution = torch.linalg.lstsq(features[rows].cpu(), y[rows].cpu()).solution.to(x.device)
+        out.append((features @ solution).reshape(pred[k].shape).to(pred.dtype))
+    return torch.stack(out).clamp(0, 1)
 
 
 class LPIPSMetric:
@@ -59,7 +76,8 @@ class Evaluator:
 
     @torch.no_grad()
     def __call__(self, pred: Tensor, target: Tensor, mask: Optional[Tensor] = None) -> Dict[str, Optional[float]]:
-        """{'psnr', 'ssim', 'lpips'} for [C,H,W,3] images (lpips None when unavailable).
+        """{'psnr', 'cc_psnr', 'ssim', 'lpips'} for [C,H,W,3] images (lpips None when unavailable;
+        ``cc_psnr``: PSNR after :func:`color_correct`).
 
         With ``mask`` (bool [C,H,W,1]) PSNR and SSIM average over its True pixels only; LPIPS
         sees the prediction with the masked-out pixels replaced by the target's.
@@ -68,20 +86,22 @@ class Evaluator:
             pred = torch.where(mask, pred.clamp(0, 1), target)
             return {
                 "psnr": psnr(pred, target, mask),
+                "cc_psnr": psnr(color_correct(pred, target, mask), target, mask),
                 "ssim": float(masked_ssim(pred, target, mask)),
                 "lpips": self.lpips(pred, target) if self.lpips is not None else None,
             }
         return {
             "psnr": psnr(pred, target),
+            "cc_psnr": psnr(color_correct(pred, target), target),
             "ssim": float(ssim_nhwc(pred.clamp(0, 1), target)),
             "lpips": self.lpips(pred, target) if self.lpips is not None else None,
         }
 
 
 def mean_metrics(per_view: List[Dict[str, Any]]) -> Dict[str, Optional[float]]:
-    """Mean psnr / ssim / lpips over views (None where a metric is unavailable)."""
+    """Mean psnr / cc_psnr / ssim / lpips over views (None where a metric is unavailable)."""
     out: Dict[str, Optional[float]] = {}
-    for key in ("psnr", "ssim", "lpips"):
+    for key in ("psnr", "cc_psnr", "ssim", "lpips"):
         values = [v[key] for v in per_view if v.get(key) is not None]
         out[key] = sum(values) / len(values) if values else None
     return out

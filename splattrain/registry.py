@@ -97,6 +97,11 @@ class Registry:
             out[key] = line + (f" (also: {', '.join(aliases)})" if aliases else "")
         return out
 
+    def unregister(self, name: str) -> None:
+        """Remove the entry registered as ``name`` (its primary name) with its aliases."""
+        for key in (name, *self._aliases.pop(name, [])):
+            self._entries.pop(key, None)
+
     def entries(self) -> list[tuple[str, Callable[..., Any]]]:
         """(primary name, class) in registration order."""
         return [(name, self._entries[name]) for name in self._aliases]
@@ -199,3 +204,5 @@ RENDERERS = Registry("renderer")
 LOSSES = Registry("loss term")
 STRATEGIES = Registry("strategy")
 TRAINERS = Registry("trainer")
+APPEARANCE = Registry("appearance model")
+POSE_OPT = Registry("pose refinement")

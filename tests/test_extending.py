@@ -63,8 +63,7 @@ def train(config: str, tmp_path: Path, monkeypatch, overrides: Sequence[str] = (
 
 def example(name: str) -> ModuleType:
     """The example module ``examples/<name>.py``, imported as ``imports:`` does."""
-    import_user_modules([str(REPO / "examples" / f"{name}.py")])
-    return sys.modules[name]
+    return import_user_modules([str(REPO / "examples" / f"{name}.py")])[0]
 
 
 def logged(run_dir: Path) -> List[Dict[str, Any]]:

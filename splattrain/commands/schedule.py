@@ -1,17 +1,20 @@
-"""``splattrain schedule``: the learning rates, beta1 and SH degree a config will use, before training."""
+"""``splattrain schedule``: the learning rates, beta1, SH degree and strategy events a config will use, before training."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from PIL import Image, ImageDraw
 
+from ..config.steps import check_schedule
 from ..console import Console
+from ..errors import ConfigError
 from ..io.atomic import atomic_write_bytes
 from ..model.gaussians import degree_for_step
 from ..optim import GROUPS, build_schedules
+from ..strategy import build_strategy
 
 #: A named curve: one value per step 1..max_steps.
 Curve = Tuple[str, List[float]]
@@ -76,12 +79,37 @@ def plot_schedules(curves: List[Curve], path: Path, width: int = 640, panel: int
     atomic_write_bytes(path, lambda handle: image.save(handle, format="PNG"))
 
 
+def _describe_steps(steps: List[int]) -> str:
+    if not steps:
+        return "none"
+    if len(steps) <= 6:
+        return ", ".join(map(str, steps))
+    return f"{len(steps)} steps: {steps[0]}, {steps[1]}, ... {steps[-1]}"
+
+
+def strategy_lines(cfg: DictConfig) -> List[str]:
+    """The strategy's events (refinement, opacity resets) over the run, and the verdict of the
+    last-5% check (``ok``, a warning, or the refusal training would give)."""
+    strategy = build_strategy(OmegaConf.to_container(cfg.strategy, resolve=True))
+    total = int(cfg.trainer.max_steps)
+    lines = [f"strategy {type(strategy).__name__} {name}: {_describe_steps(steps)}"
+             for name, steps in strategy.events(total).items()]
+    warnings: List[str] = []
+    try:
+        check_schedule(strategy, total, warnings.append)
+    except ConfigError as err:
+        warnings.append(f"training would refuse this config: {err}")
+    return lines + (warnings or ["schedule check: no reset or refinement in the last 5% of training"])
+
+
 def show_schedule(cfg: DictConfig, console: Console, out: Optional[str | Path] = None) -> None:
     """Print the schedule table (and the fixed groups); with ``out``, also plot every curve to a PNG."""
     columns, rows = schedule_table(cfg)
     console.table(f"schedules over {cfg.trainer.max_steps} steps (values used by each step)", columns, rows)
     fixed = [g for g in GROUPS if g not in cfg.optim.schedules and g != "means"]
     console.print("fixed: " + ", ".join(f"{g} {cfg.optim[f'{g}_lr']:.4g}" for g in fixed))
+    for line in strategy_lines(cfg):
+        console.print(line)
     if out is not None:
         plot_schedules(schedule_curves(cfg), Path(out))
         console.print(f"plot -> {out}")

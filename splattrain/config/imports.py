@@ -20,21 +20,20 @@ from typing import List, Optional
 from ..errors import ConfigError
 
 
-def import_user_modules(modules: List[str], config_dir: Path | None = None) -> None:
+def import_user_modules(modules: List[str], config_dir: Path | None = None) -> List[ModuleType]:
     """Import ``modules`` (dotted names or .py paths) so their registrations take effect.
 
     A ``.py`` path is read relative to the working directory, else to the config's folder,
     and loaded under a name of its own. A dotted name is imported as usual; when nothing
     installed has that name, its top-level module is looked for in the config's folder, then
     in the working directory. A module that is missing, has a syntax error or raises while
-    it is imported is reported as a ConfigError naming it.
+    it is imported is reported as a ConfigError naming it. Returns the imported modules.
     """
+    loaded = []
     for module in modules:
         module = str(module)
-        if module.endswith(".py"):
-            _import_file(module, config_dir)
-        else:
-            _import_name(module, config_dir)
+        loaded.append(_import_file(module, config_dir) if module.endswith(".py") else _import_name(module, config_dir))
+    return loaded
 
 
 def _import_file(module: str, config_dir: Path | None) -> ModuleType:

@@ -12,6 +12,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from ..errors import ConfigError
 from .plugins import check_plugin_sections
 from .schema import SplatConfig
+from .steps import apply_steps_scaling
 from .values import check_numbers
 
 _CHOICES = {
@@ -106,7 +107,8 @@ def load_config(path: str | Path, overrides: Sequence[str] = (), check_plugins: 
     Raises ConfigError naming the file (or the override) and the key for unknown keys,
     values of the wrong type, missing required keys and out-of-range values. With
     ``check_plugins`` the modules in ``imports:`` are imported and every plugin section
-    (renderer, strategy, loss, data options, hooks) is checked against its class.
+    (renderer, strategy, loss, data options, hooks) is checked against its class, and
+    ``trainer.steps_scaler`` / ``schedule_steps`` are applied (:mod:`splattrain.config.steps`).
     """
     path = Path(path)
     schema = OmegaConf.structured(SplatConfig)
@@ -118,6 +120,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = (), check_plugins: 
     if check_plugins:
         try:
             check_plugin_sections(cfg, path.parent)
+            apply_steps_scaling(cfg)
         except ConfigError as err:
             raise ConfigError(f"{source}: {err}") from None
     if cfg.output_dir is None:

@@ -14,8 +14,9 @@ from .imports import import_user_modules
 
 
 def register_builtins() -> None:
-    """Import the modules that register the built-in renderers, strategies, losses and datasets."""
-    from .. import losses, render, strategy  # noqa: F401
+    """Import the modules that register the built-in renderers, strategies, losses, datasets and
+    appearance / pose modules."""
+    from .. import losses, render, strategy, view_opt  # noqa: F401
     from ..data import loading  # noqa: F401
 
 
@@ -31,6 +32,9 @@ def check_plugin_sections(cfg: DictConfig, config_dir: Optional[Path] = None) ->
     check_renderer_options(_plain(cfg.renderer))
     strategy = build_strategy(_plain(cfg.strategy))
     build_loss(_plain(cfg.loss), strategy.default_loss_terms())
+    from ..view_opt.corrections import check_sections
+
+    check_sections(_plain(cfg.appearance), _plain(cfg.pose_opt))
     if cfg.data.type != "auto":
         check_options(DATASETS.get(cfg.data.type), _plain(cfg.data.options), f"dataset {cfg.data.type!r}", "data.options")
     elif cfg.data.options:

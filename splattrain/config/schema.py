@@ -19,6 +19,8 @@ class TrainerConfig:
     """The training loop."""
 
     max_steps: int = 7000
+    steps_scaler: float = 1.0  # multiplies max_steps and every step-valued setting (gsplat's steps_scaler)
+    schedule_steps: Optional[int] = None  # the run length the step settings are written for; they follow max_steps
     val_interval: int = 1000  # validate every N steps (0: only at the last step)
     val_begin: int = 0  # no periodic validation before this step
     val_on_resume: bool = False  # validate once right after resuming from a checkpoint
@@ -134,6 +136,10 @@ class SplatConfig:
     # {type: default | mcmc | a registered strategy, **its options} (splattrain list strategies)
     strategy: Dict[str, Any] = field(default_factory=lambda: {"type": "default"})
     loss: LossConfig = field(default_factory=LossConfig)
+    # per-image colour learned with the scene: {type: none | affine, lr, lr_final, weight_decay} (docs/real_captures.md)
+    appearance: Dict[str, Any] = field(default_factory=lambda: {"type": "none"})
+    # per-view pose correction: {type: none | se3, lr, lr_final, weight_decay}; needs renderer torch or gsplat
+    pose_opt: Dict[str, Any] = field(default_factory=lambda: {"type": "none"})
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     writers: List[Any] = field(

@@ -58,18 +58,20 @@ def camera_intrinsics(camera: ColmapCamera, cameras_file: Path) -> tuple[np.ndar
     return K, distortion
 
 
-def load_colmap(path: str | Path, cfg: Optional[DataConfig] = None) -> SceneData:
+def load_colmap(path: str | Path, cfg: Optional[DataConfig] = None, model: Optional[str] = None) -> SceneData:
     """Load a COLMAP scene: registered images (undistorted), poses, intrinsics and coloured sparse points.
 
     Uses ``images_N/`` when ``cfg.downscale`` is N and it exists, holds out test views by
-    ``cfg.test_every`` / ``cfg.test_images`` and reads masks per ``cfg.masks``. Raises
-    DataError naming the file (and image or camera) for any unusable input.
+    ``cfg.test_every`` / ``cfg.test_images`` and reads masks per ``cfg.masks``. ``model`` is the
+    sparse model folder relative to ``path`` when not ``sparse/0`` or ``sparse``. Raises DataError naming the file (and image or camera) for any unusable input.
     """
     cfg = cfg or DataConfig(path=str(path))
     root = Path(path)
     if not root.is_dir():
         raise DataError(f"{root}: dataset folder not found")
-    sparse = find_sparse(root)
+    sparse = find_sparse(root) if model is None else root / model
+    if model is not None and model_files(sparse) is None:
+        raise DataError(f"{sparse}: data.options.model names no COLMAP model (no cameras.bin or cameras.txt)")
     if sparse is None:
         raise DataError(
             f"{root}: no COLMAP model; expected sparse/0/ or sparse/ holding cameras, images and points3D "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
@@ -12,15 +12,22 @@ from ..config.schema import DataConfig
 from ..errors import ConfigError, DataError
 from ..registry import DATASETS
 from .depths import attach_depths, depth_folder
+from .locate import locate_scene, resolve_data_path
 from .reader import DatasetReader
 from .types import SceneData
 
 
 @DATASETS.register("colmap")
 class ColmapReader(DatasetReader):
-    """COLMAP scenes (images/ plus sparse/0/ or sparse/, binary or text; images_N/ for downscales)."""
+    """COLMAP scenes (images/ plus sparse/0/ or sparse/, binary or text; images_N/ for downscales).
+
+    ``model`` picks one of several sparse models (e.g. ``sparse/1``), relative to the scene folder.
+    """
 
     normalize_by_default = True
+
+    def __init__(self, model: Optional[str] = None) -> None:
+        self.model = model
 
     @classmethod
     def detect(cls, path: Path) -> bool:
@@ -31,7 +38,7 @@ class ColmapReader(DatasetReader):
     def load(self, path: str, cfg: DataConfig) -> SceneData:
         from .colmap import load_colmap
 
-        return load_colmap(path, cfg)
+        return load_colmap(path, cfg, model=self.model)
 
 
 @DATASETS.register("nerfstudio")
@@ -92,23 +99,56 @@ def _data_config(cfg: DataConfig | DictConfig) -> DataConfig:
     return data
 
 
-def load_scene(cfg: DataConfig | DictConfig) -> tuple[str, SceneData]:
+def find_scene(data: DataConfig, config_dir: Optional[Path]) -> tuple[str, Path, dict, list[str]]:
+    """(reader name, scene folder, reader options, notes) for ``data``: a relative path is also
+    looked for next to the config, and a COLMAP/nerfstudio scene below the folder given."""
+    root, notes = resolve_data_path(data.path, config_dir)
+    kind, options = data.type, dict(data.options)
+    if kind not in ("auto", "colmap", "nerfstudio"):
+        return kind, root, options, notes
+    if kind == "nerfstudio" and (root / "transforms.json").is_file():
+        return kind, root, options, notes
+    direct = _detected(root) if kind == "auto" else kind
+    if (direct in (None, "colmap") or kind == "nerfstudio") and "model" not in options and root.is_dir():
+        found, model, located = locate_scene(root, kind)
+        notes += located
+        if found != root or model is not None:
+            root = found
+            if model is not None:
+                direct = "colmap"
+                if model.parent.name == "sparse" and model.name != "0":
+                    options["model"] = model.relative_to(root).as_posix()
+            else:
+                direct = "nerfstudio" if (root / "transforms.json").is_file() else direct
+    if kind == "auto":
+        kind = direct if direct is not None else detect_format(root)
+        notes.append(f"data.type auto: detected {kind} in {root}")
+    return kind, root, options, notes
+
+
+def _detected(path: Path) -> Optional[str]:
+    try:
+        return detect_format(path)
+    except DataError:
+        return None
+
+
+def load_scene(cfg: DataConfig | DictConfig, config_dir: Optional[Path] = None) -> tuple[str, SceneData]:
     """Load the scene the ``data`` config describes; returns (format, scene).
 
+    A relative ``data.path`` missing from the working directory is looked for relative to
+    ``config_dir`` (the config file's folder) and its parent; a COLMAP or nerfstudio project
+    root is searched for the one folder holding the scene (:mod:`splattrain.data.locate`).
     ``data.type`` auto detects the format (noted in ``extra["notes"]``). The scene is
     normalised per ``data.normalize``; ``extra["world_transform"]`` (float64 [4,4]) always
     maps the dataset's own world frame to the returned one (identity when not normalised).
     """
     data = _data_config(cfg)
-    kind = data.type
-    notes = []
-    if kind == "auto":
-        kind = detect_format(Path(data.path))
-        notes.append(f"data.type auto: detected {kind} in {data.path}")
-    reader = DATASETS.build({"type": kind, **data.options}, where="data.options")
+    kind, root, options, notes = find_scene(data, config_dir)
+    reader = DATASETS.build({"type": kind, **options}, where="data.options")
     if not isinstance(reader, DatasetReader):
         raise ConfigError(f"dataset {kind!r} does not derive from splattrain.DatasetReader")
-    scene = reader.load(data.path, data)
+    scene = reader.load(str(root), data)
     scene.extra["notes"] = notes + list(scene.extra.get("notes", []))
     scene.extra.setdefault("world_transform", np.eye(4))
     normalize = data.normalize if data.normalize is not None else reader.normalize_by_default
@@ -120,7 +160,7 @@ def load_scene(cfg: DataConfig | DictConfig) -> tuple[str, SceneData]:
         scene.extra["notes"].append(
             f"data.normalize: cameras centred and scaled by {scale:.4g} (world_transform recorded for export)"
         )
-    depths = depth_folder(Path(data.path), data.depths)
+    depths = depth_folder(Path(root), data.depths)
     if depths is not None and scene.train:
         scale = float(np.linalg.norm(scene.extra["world_transform"][:3, 0]))
         count = attach_depths(scene, depths, scale)

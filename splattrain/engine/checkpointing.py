@@ -30,6 +30,7 @@ def checkpoint_state(trainer: "DefaultTrainer") -> Dict[str, Any]:
         "world_transform": trainer.data.world_transform.clone(),
         "optimizers": {name: opt.state_dict() for name, opt in trainer.optimizers.items()},
         "strategy_state": trainer.strategy_state,
+        "view_opt": trainer.view_opt.state_dict(),
         "data": trainer.data.state_dict(),
         "rng": rng_states(),
         "train_seconds": trainer.train_seconds,
@@ -76,6 +77,7 @@ def restore_checkpoint(trainer: "DefaultTrainer", source: str | Path | Tuple[Pat
         optimizer.load_state_dict(checkpoint["optimizers"][name])
     trainer.strategy_state = _to_device(checkpoint["strategy_state"], trainer.device)
     trainer.data.load_state_dict(checkpoint["data"])
+    trainer.view_opt.load_state_dict(checkpoint.get("view_opt", {}), trainer.console.warning)
     set_rng_states(checkpoint["rng"])
     trainer.step = int(checkpoint["step"])
     trainer.train_seconds = float(checkpoint.get("train_seconds", 0.0))

@@ -122,15 +122,18 @@ def print_hook_timing(trainer: "DefaultTrainer") -> None:
 
 
 def write_results(trainer: "DefaultTrainer", path: Path) -> Dict[str, Any]:
-    """results.json: the last validation's metrics, Gaussians, steps, training time, per-view scores."""
+    """results.json: the last validation's metrics (psnr, cc_psnr, ssim, lpips), Gaussians, steps,
+    training time, per-view scores, and what the view corrections learned (when on)."""
     metrics = trainer.last_metrics
     results = {
         "psnr": metrics.get("psnr"),
+        "cc_psnr": metrics.get("cc_psnr"),
         "ssim": metrics.get("ssim"),
         "lpips": metrics.get("lpips"),
         "num_gaussians": trainer.model.num_gaussians,
         "steps": trainer.step,
         "train_seconds": round(trainer.train_seconds, 3),
+        **trainer.view_opt.report(),
         "per_view": trainer.val_per_view,
     }
     atomic_write_text(path, json.dumps(results, indent=2) + "\n")

@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..checkpoint import save_checkpoint_file
 from ..config.imports import import_user_modules
 from ..config.plugins import register_builtins
+from ..config.steps import check_schedule
 from ..console import Console
 from ..data.loading import load_scene
 from ..data.pipeline import DataPipeline, camera_scene_scale
@@ -25,6 +26,7 @@ from ..optim import build_optimizers, build_schedulers, clear_grads, step_optimi
 from ..registry import TRAINERS
 from ..render import build_renderer
 from ..strategy import build_strategy
+from ..view_opt import ViewCorrections
 from ..writers import WriterGroup
 from ..hooks.auto_checkpoint import RunInterrupted
 from . import checkpointing, rescue, run_files
@@ -42,7 +44,8 @@ class DefaultTrainer:
     :meth:`train`. Public attributes hooks may use: ``cfg``, ``console``, ``run_dir``,
     ``checkpoint_dir``, ``device``, ``step``, ``max_steps``, ``step_settings`` (the config values
     each step reads, taken once), ``data``, ``model``, ``renderer``, ``loss``, ``optimizers``,
-    ``schedulers``, ``strategy``, ``strategy_state``, ``writers``, ``hooks``, ``last_metrics``.
+    ``schedulers``, ``strategy``, ``strategy_state``, ``view_opt`` (learned per-view appearance and
+    pose corrections), ``writers``, ``hooks``, ``last_metrics``.
     """
 
     def __init__(self, cfg: DictConfig, console: Optional[Console] = None, config_dir: Optional[Path] = None) -> None:
@@ -58,7 +61,7 @@ class DefaultTrainer:
         self.max_steps = int(cfg.trainer.max_steps)
         self.background = torch.tensor(list(cfg.data.background), dtype=torch.float32, device=self.device)
 
-        self.data_type, scene = load_scene(cfg.data)
+        self.data_type, scene = load_scene(cfg.data, config_dir=config_dir)
         views = views_per_step(cfg.trainer.batch_size, cfg.optim.accumulate_steps, [f.camera for f in scene.train])
         self.data = DataPipeline(
             scene, self.background, self.device, seed=cfg.seed,
@@ -72,6 +75,7 @@ class DefaultTrainer:
             warn=self.console.warning, absgrad=bool(strategy_spec.get("absgrad", False)),
         )
         self.strategy = build_strategy(strategy_spec, self.renderer, warn=self.console.warning)
+        check_schedule(self.strategy, self.max_steps, self.console.warning)
         self.loss = build_loss(OmegaConf.to_container(cfg.loss, resolve=True), self.strategy.default_loss_terms())
         self.loss.drop_unavailable(self, self.console.warning)
         self.step_settings = StepSettings.from_config(cfg, render_depth=self.loss.needs_depth)
@@ -79,6 +83,10 @@ class DefaultTrainer:
         self.schedulers = build_schedulers(self.optimizers, cfg.optim, self.scene_scale, self.max_steps)
         self.strategy.check_sanity(self.model.params, self.optimizers)
         self.strategy_state = self.strategy.initialize_state(scene_scale=self.scene_scale)
+        self.view_opt = ViewCorrections(
+            OmegaConf.to_container(cfg.appearance, resolve=True), OmegaConf.to_container(cfg.pose_opt, resolve=True),
+            len(scene.train), self.device, self.renderer, self.max_steps,
+        )
         self.evaluator: Optional[Evaluator] = None
         self.writers = WriterGroup([], warn=self.console.warning)
 
@@ -176,8 +184,9 @@ class DefaultTrainer:
         infos, terms = [], []
         for chunk in chunks:
             render = self.renderer.render(
-                self.model, chunk["camera"], sh_degree, chunk["background"], depth=settings.render_depth
+                self.model, self.view_opt.cameras(chunk), sh_degree, chunk["background"], depth=settings.render_depth
             )
+            render.rgb = self.view_opt.colors(render.rgb, chunk)
             render.info["n_cameras"] = len(batch["camera"])  # gradients are of the mean over all the step's views
             losses = self.loss(render, chunk, self.model)
             self.strategy.step_pre_backward(self.model.params, self.optimizers, self.strategy_state, step, render.info)
@@ -191,6 +200,7 @@ class DefaultTrainer:
             self.strategy.post_backward(self.model.params, self.optimizers, self.strategy_state, step, infos)
             step_optimizers(self.optimizers, infos)
         clear_grads(self.optimizers)
+        self.view_opt.step(step, update=not outputs.get("skip_update"))
         for scheduler in self.schedulers:
             scheduler.step(step)
         self.completed_step = step  # the state is now step ``step``'s, whatever a hook does next

@@ -57,6 +57,8 @@ class Renderer(ABC):
     """
 
     supports_absgrad = False
+    #: Whether gradients reach ``Camera.viewmat`` (pose refinement needs it).
+    supports_pose_grad = False
 
     def __init__(
         self,

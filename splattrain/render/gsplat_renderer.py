@@ -25,6 +25,7 @@ class GsplatRenderer(Renderer):
     """
 
     supports_absgrad = True
+    supports_pose_grad = True
 
     def __init__(
         self,

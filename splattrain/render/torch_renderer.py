@@ -29,6 +29,7 @@ class TorchRenderer(Renderer):
     """Pure PyTorch tile rasterizer: runs on any device, the reference for other backends."""
 
     supports_absgrad = True
+    supports_pose_grad = True
 
     def render(
         self, model: GaussianModel, cameras: List[Camera], sh_degree: int, background: Tensor, depth: bool = True

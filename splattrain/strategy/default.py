@@ -4,7 +4,7 @@ gradients, prune transparent or huge ones, reset opacities periodically."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
 import torch
 from torch import Tensor
@@ -46,6 +46,15 @@ class DefaultStrategy(Strategy):
     max_gaussians: int = 0
 
     supports_cap = True
+    step_options = ("refine_scale2d_stop_iter", "refine_start_iter", "refine_stop_iter", "reset_every",
+                    "refine_every", "pause_refine_after_reset")
+
+    def events(self, max_steps: int) -> Dict[str, List[int]]:
+        """Refinement and opacity-reset steps within ``max_steps`` (as :meth:`step_post_backward` runs them)."""
+        last = min(max_steps, self.refine_stop_iter - 1)
+        refine = [s for s in range(self.refine_every, last + 1, self.refine_every)
+                  if s > self.refine_start_iter and s % self.reset_every >= self.pause_refine_after_reset]
+        return {"refine": refine, "reset": list(range(self.reset_every, last + 1, self.reset_every))}
 
     def initialize_state(self, scene_scale: float = 1.0) -> Dict[str, Any]:
         """Running sums of image-plane gradient norms and visibility counts (allocated at first use)."""

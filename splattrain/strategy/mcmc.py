@@ -34,6 +34,12 @@ class MCMCStrategy(Strategy):
     refine_every: int = 100
 
     supports_cap = True
+    step_options = ("refine_start_iter", "refine_stop_iter", "refine_every")
+
+    def events(self, max_steps: int) -> Dict[str, List[int]]:
+        """Relocation-and-growth steps within ``max_steps``."""
+        last = min(max_steps, self.refine_stop_iter - 1)
+        return {"refine": [s for s in range(self.refine_every, last + 1, self.refine_every) if s > self.refine_start_iter]}
 
     def __post_init__(self) -> None:
         if self.max_gaussians <= 0:

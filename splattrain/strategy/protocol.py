@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Mapping
+from typing import Any, Callable, Dict, List, Mapping, Tuple
 
 import torch
 from torch import Tensor
@@ -48,6 +48,8 @@ class Strategy:
     """
 
     supports_cap: bool = False
+    #: The fields holding step counts; ``trainer.steps_scaler`` / ``schedule_steps`` scale them.
+    step_options: Tuple[str, ...] = ()
 
     # -- what the trainer calls ------------------------------------------------------------
     def check_sanity(self, params: Mapping[str, Tensor], optimizers: Mapping[str, torch.optim.Optimizer]) -> None:
@@ -58,6 +60,11 @@ class Strategy:
         for name, optimizer in optimizers.items():
             if len(optimizer.param_groups) != 1 or len(optimizer.param_groups[0]["params"]) != 1:
                 raise ConfigError(f"strategy {type(self).__name__}: optimizer '{name}' must hold exactly one parameter")
+
+    def events(self, max_steps: int) -> Dict[str, List[int]]:
+        """The steps at which this strategy changes the scene, by kind (``refine``, ``reset``); the
+        trainer refuses a ``reset`` in the last 5% of training and ``splattrain schedule`` shows them."""
+        return {}
 
     def initialize_state(self, scene_scale: float = 1.0) -> Dict[str, Any]:
         """The running state of a new run (``scene_scale``: the cameras' extent in world units)."""

@@ -1,0 +1,38 @@
+"""The protocol of a per-view correction: trainable parameters, one per training view, with their
+own optimizer and learning rate, saved in checkpoints."""
+
+from __future__ import annotations
+
+from typing import Dict
+
+import torch
+
+
+class ViewCorrection(torch.nn.Module):
+    """Base class of appearance models (``APPEARANCE``) and pose refinements (``POSE_OPT``).
+
+    Built from the config section (``appearance: {type, **options}`` / ``pose_opt: {...}``) with
+    ``n_views`` (training views, indexed like ``batch["image_id"]``) added. Zero-initialised
+    so that training starts from the data as given. The trainer steps :meth:`make_optimizer`'s
+    optimizer after the Gaussians' and decays its learning rate to ``lr_final`` at the last step.
+    Test views get no correction.
+    """
+
+    def __init__(self, n_views: int, lr: float, lr_final: float, weight_decay: float = 0.0) -> None:
+        super().__init__()
+        self.n_views = n_views
+        self.lr, self.lr_final, self.weight_decay = lr, lr_final, weight_decay
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        """Adam over this module's parameters at ``lr`` with ``weight_decay`` (L2 towards zero)."""
+        return torch.optim.Adam(self.parameters(), lr=self.lr, weight_decay=self.weight_decay, eps=1e-15)
+
+    def lr_at(self, step: int, max_steps: int) -> float:
+        """Exponential decay from ``lr`` at step 0 to ``lr_final`` at ``max_steps``."""
+        if self.lr_final <= 0 or self.lr_final == self.lr:
+            return self.lr
+        return self.lr * (self.lr_final / self.lr) ** (min(step, max_steps) / max(1, max_steps))
+
+    def report(self) -> Dict[str, float]:
+        """Summary figures of what was learned (logged and written to results.json)."""
+        return {}

@@ -1,0 +1,107 @@
+"""The trainer's view corrections: the configured appearance model and pose refinement, their
+optimizers, checkpoint state and report."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+import torch
+from torch import Tensor
+
+from ..cameras import Camera
+from ..errors import ConfigError
+from ..registry import APPEARANCE, POSE_OPT, Registry
+from .base import ViewCorrection
+
+
+def _build(registry: Registry, spec: Mapping[str, Any], where: str, n_views: int) -> Optional[ViewCorrection]:
+    options = dict(spec)
+    kind = str(options.pop("type", "none"))
+    if kind == "none":
+        if options:
+            raise ConfigError(f"{where}: options {', '.join(options)} given with type none")
+        return None
+    module = registry.build({"type": kind, **options}, where=where, n_views=n_views)
+    if not isinstance(module, ViewCorrection):
+        raise ConfigError(f"{where} type {kind!r} does not derive from splattrain.view_opt.ViewCorrection")
+    return module
+
+
+def check_sections(appearance: Mapping[str, Any], pose_opt: Mapping[str, Any]) -> None:
+    """Refuse unknown types and options in the ``appearance`` and ``pose_opt`` sections."""
+    _build(APPEARANCE, appearance, "appearance", 1)
+    _build(POSE_OPT, pose_opt, "pose_opt", 1)
+
+
+class ViewCorrections:
+    """The optional per-view modules a run trains (both None by default: then every call is a no-op)."""
+
+    def __init__(
+        self,
+        appearance: Mapping[str, Any],
+        pose_opt: Mapping[str, Any],
+        n_views: int,
+        device: torch.device,
+        renderer: object = None,
+        max_steps: int = 1,
+    ) -> None:
+        self.appearance = _build(APPEARANCE, appearance, "appearance", n_views)
+        self.pose = _build(POSE_OPT, pose_opt, "pose_opt", n_views)
+        if self.pose is not None and renderer is not None and not getattr(renderer, "supports_pose_grad", False):
+            raise ConfigError(
+                f"pose_opt needs a renderer that differentiates through camera poses; {type(renderer).__name__} "
+                "does not (set renderer.type torch, or gsplat on a GPU)"
+            )
+        self.max_steps = max_steps
+        self.modules: Dict[str, ViewCorrection] = {
+            name: module.to(device) for name, module in (("appearance", self.appearance), ("pose_opt", self.pose))
+            if module is not None
+        }
+        self.optimizers = {name: module.make_optimizer() for name, module in self.modules.items()}
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.modules)
+
+    def cameras(self, batch: Mapping[str, Any]) -> List[Camera]:
+        """The batch's training cameras, pose-corrected when pose refinement is on."""
+        if self.pose is None:
+            return batch["camera"]
+        return self.pose.apply(batch["camera"], batch["image_id"])
+
+    def colors(self, rgb: Tensor, batch: Mapping[str, Any]) -> Tensor:
+        """Training renders [C,H,W,3] in each view's learned appearance (unchanged when off)."""
+        if self.appearance is None:
+            return rgb
+        return self.appearance.apply(rgb, batch["image_id"])
+
+    def step(self, step: int, update: bool = True) -> None:
+        """Apply this step's gradients (unless ``update`` is False), clear them, set next step's rates."""
+        for name, optimizer in self.optimizers.items():
+            if update:
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            for group in optimizer.param_groups:
+                group["lr"] = self.modules[name].lr_at(step, self.max_steps)
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Parameters and optimizer state of every module, by section name."""
+        return {name: {"module": module.state_dict(), "optimizer": self.optimizers[name].state_dict()}
+                for name, module in self.modules.items()}
+
+    def load_state_dict(self, state: Mapping[str, Any], warn: Optional[Callable[[str], None]] = None) -> None:
+        """Restore :meth:`state_dict`; a module missing from ``state`` starts from zero (with a warning)."""
+        for name, module in self.modules.items():
+            if name not in state:
+                if warn is not None:
+                    warn(f"the checkpoint has no {name} state; it starts from zero")
+                continue
+            module.load_state_dict(state[name]["module"])
+            self.optimizers[name].load_state_dict(state[name]["optimizer"])
+
+    def report(self) -> Dict[str, float]:
+        """Every module's summary figures."""
+        out: Dict[str, float] = {}
+        for module in self.modules.values():
+            out.update(module.report())
+        return out
