@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -84,6 +85,8 @@ def _fit(args: argparse.Namespace) -> int:
         console.print(escape(config_to_yaml(cfg)))
         return 0
     results = trainer.train(resume=args.resume)
+    if not trainer.is_main:
+        return 0  # rank 0 reports
     shown = "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in results.items() if k != "per_view")
     console.open_log(trainer.run_dir / "log.txt")  # the trainer closed it; the last line belongs there too
     console.print(f"done: {shown}  ->  {trainer.run_dir / 'results.json'}")
@@ -158,6 +161,12 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rank_prefix() -> str:
+    """``[rank N] `` on torchrun ranks other than 0 (their errors still reach the console)."""
+    rank = os.environ.get("RANK", "0")
+    return f"[rank {rank}] " if rank not in ("", "0") else ""
+
+
 class _Terminated(KeyboardInterrupt):
     """SIGTERM, turned into an exception so cleanup runs as for Ctrl-C."""
 
@@ -175,7 +184,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     "list": _list}
         return commands[args.command](args)
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"{_rank_prefix()}error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt as err:
         signum = signal.SIGTERM if isinstance(err, _Terminated) else getattr(err, "signum", signal.SIGINT)

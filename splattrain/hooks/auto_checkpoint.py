@@ -101,6 +101,8 @@ class AutoCheckpointHook(Hook):
     def on_exception(self, trainer, error: BaseException) -> None:
         if not self.rescue or isinstance(error, RunInterrupted) or self.completed_step <= self._start_step:
             return  # nothing trained since the run (or its resume) started: nothing to rescue
+        if not getattr(trainer, "is_main", True):
+            return  # rank 0 writes the rescue checkpoint
         checkpoint = trainer.checkpoint_state()
         checkpoint["step"] = self.completed_step
         path = trainer.checkpoint_dir / f"rescue_step_{self.completed_step:06d}.pt"
