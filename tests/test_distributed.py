@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -58,8 +59,14 @@ def test_two_ranks_match_one_rank_with_the_same_global_batch(runs):
     assert len(counts) == 40 and counts == gaussian_counts(one)
     assert counts[40] != 300  # densification happened
     _assert_close(gaussians(two / "ckpt" / "step_000040.pt"), gaussians(one / "ckpt" / "step_000040.pt"))
-    # only rank 0 wrote: one log, and the checkpoint holds the run's totals of the statistics
+    # only rank 0 wrote, the same files as a single process
     assert sorted(p.name for p in two.iterdir()) == sorted(p.name for p in one.iterdir())
+    # the ranks scored half the test views each; rank 0 gathered them in view order
+    results = [json.loads((run / "results.json").read_text()) for run in (one, two)]
+    assert [v["view"] for v in results[1]["per_view"]] == [v["view"] for v in results[0]["per_view"]]
+    assert len(results[1]["per_view"]) == 10
+    assert results[1]["psnr"] == pytest.approx(results[0]["psnr"], abs=1e-3)
+    assert results[1]["num_gaussians"] == results[0]["num_gaussians"]
 
 
 @pytest.mark.slow
