@@ -30,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--config", required=True, help="YAML config file (see configs/)")
     fit.add_argument("--resume", nargs="?", const="latest", default=None, metavar="PATH",
                      help="continue from a checkpoint (default: ckpt/last.pt in the run directory)")
+    fit.add_argument("--nproc", type=int, default=None, metavar="N",
+                     help="train on N processes on this machine (torchrun's launcher on 127.0.0.1)")
     fit.add_argument("--dry-run", action="store_true",
                      help="build everything, check the writers, print the hooks, writers and config, exit")
     loudness = fit.add_mutually_exclusive_group()
@@ -71,6 +73,10 @@ def _fit(args: argparse.Namespace) -> int:
     from .console import Console
     from .registry import TRAINERS
 
+    if args.nproc is not None:
+        from .distributed.launch import launch_local
+
+        return launch_local(args.nproc, _without_nproc(sys.argv[2:] if args.argv is None else args.argv[1:]))
     console = Console(quiet=args.quiet, verbose=args.verbose)
     config_path = Path(args.config)
     if args.resume not in (None, "latest") and "=" in args.resume and not Path(args.resume).exists():
@@ -92,6 +98,19 @@ def _fit(args: argparse.Namespace) -> int:
     console.print(f"done: {shown}  ->  {trainer.run_dir / 'results.json'}")
     console.close()
     return 0
+
+
+def _without_nproc(argv: List[str]) -> List[str]:
+    """``fit``'s arguments without ``--nproc N`` / ``--nproc=N`` (each rank runs a plain fit)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--nproc":
+            skip = True
+        elif not arg.startswith("--nproc="):
+            out.append(arg)
+    return out
 
 
 def _writer_rows(specs: List[Any]) -> List[List[str]]:
@@ -178,6 +197,7 @@ def _raise_terminated(signum: int, frame: object) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point; returns the process exit code."""
     args = _parser().parse_args(argv)
+    args.argv = argv
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         commands = {"fit": _fit, "eval": _eval, "render": _render, "export": _export, "schedule": _schedule,
