@@ -86,6 +86,8 @@ def _fit(args: argparse.Namespace) -> int:
     trainer = TRAINERS.get(cfg.trainer.type)(cfg, console=console, config_dir=config_path.parent)
     trainer.resume_hint = " ".join(["splattrain fit --config", str(config_path), *args.overrides, "--resume"])
     if args.dry_run:
+        if not trainer.is_main:
+            return 0
         console.table("hooks", ["point", "hooks (priority)"], [[p, ", ".join(n)] for p, n in trainer.hooks.table()])
         console.table("writers", ["type", "class", "options"], _writer_rows(cfg.writers))
         console.print(escape(config_to_yaml(cfg)))

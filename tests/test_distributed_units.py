@@ -180,3 +180,23 @@ def two_ranks():
     for result in results:
         assert isinstance(result, dict), result  # a traceback otherwise
     return {key: [results[0][key], results[1][key]] for key in results[0]}
+
+
+def test_nproc_shorthand_starts_ranks_and_passes_user_errors_through(tmp_path):
+    import subprocess
+    import sys
+
+    from dist_launch import environment, write_config
+    from splattrain.cli import _without_nproc
+
+    assert _without_nproc(["--nproc", "2", "--config", "x.yaml", "--nproc=3", "a=1"]) == ["--config", "x.yaml", "a=1"]
+    config = write_config(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "splattrain", "fit", "--nproc", "2", "--config", str(config),
+         f"output_dir={tmp_path / 'run'}", "trainer.dist_backend=nccl"],
+        env=environment(), capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "[rank 1] error: trainer.dist_backend nccl needs CUDA devices" in result.stderr
+    assert result.stderr.count("error: trainer.dist_backend nccl needs CUDA devices") == 2  # rank 0 too
+    assert not (tmp_path / "run").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from typing import List
 
@@ -23,6 +24,11 @@ def launch_local(nproc: int, fit_argv: List[str]) -> int:
         raise ConfigError(f"--nproc {nproc}: give at least 1")
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
+
+    from .context import usable_cores
+
+    # the ranks set their own thread count (trainer.dist_threads); this only keeps torchrun quiet
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, usable_cores() // nproc)))
 
     args = get_args_parser().parse_args([
         "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1", "--master-port", str(free_loopback_port()),
