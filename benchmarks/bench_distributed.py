@@ -2,7 +2,7 @@
 
 Trains the demo scene (configs/demo.yaml) for ``--steps`` steps with the same global batch
 (``--views`` views per step: one rank renders them all, or each of two ranks renders its half)
-and prints views per second, the share of rank 0's step time spent in collectives (the
+and prints views per second (also of 1 rank x 1 thread, the work of both ranks on one core), the share of rank 0's step time spent in collectives (the
 all-reduces, and waiting in them for the slower rank), and the bytes all-reduced per step
 against the Gaussian count. The two-rank run is started with torchrun on 127.0.0.1 (gloo).
 
@@ -80,6 +80,7 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         single = train(args.steps, args.views, 2, str(Path(tmp) / "one"))
+        serial = train(args.steps, args.views, 1, str(Path(tmp) / "serial"))  # the per-rank work, unsplit
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr",
                    "127.0.0.1", "--master-port", "29561", str(Path(__file__).resolve()), "--worker",
                    "--steps", str(args.steps), "--views", str(args.views), "--out", str(Path(tmp) / "two")]
@@ -89,12 +90,13 @@ def main() -> None:
     print(f"demo scene, {args.steps} steps, {args.views} views per step, "
           f"{os.cpu_count()} cores (compare runs taken on one quiet machine)")
     print(f"{'run':<22} {'views/s':>8} {'train s':>8} {'comm s':>7} {'comm %':>7} {'PSNR':>7} {'gaussians':>10}")
-    for name, r in (("1 rank x 2 threads", single), ("2 ranks x 1 thread", double)):
+    for name, r in (("1 rank x 2 threads", single), ("1 rank x 1 thread", serial), ("2 ranks x 1 thread", double)):
         share = 100.0 * r["comm_seconds"] / r["train_seconds"] if r["train_seconds"] else 0.0
         print(f"{name:<22} {r['views_per_second']:>8.1f} {r['train_seconds']:>8.2f} {r['comm_seconds']:>7.2f} "
               f"{share:>6.1f}% {r['psnr']:>7.2f} {r['gaussians']:>10,}")
     ratio = double["views_per_second"] / single["views_per_second"]
-    print(f"2 ranks / 1 rank views per second: {ratio:.2f}")
+    print(f"views per second, 2 ranks x 1 thread / 1 rank x 2 threads: {ratio:.2f}; "
+          f"/ 1 rank x 1 thread: {double['views_per_second'] / serial['views_per_second']:.2f}")
     rows = double["step_bytes"]
     samples = [rows[0], rows[len(rows) // 2], rows[-1]]
     print("bytes all-reduced per step (rank 0): " + "; ".join(
