@@ -200,3 +200,19 @@ def test_nproc_shorthand_starts_ranks_and_passes_user_errors_through(tmp_path):
     assert "[rank 1] error: trainer.dist_backend nccl needs CUDA devices" in result.stderr
     assert result.stderr.count("error: trainer.dist_backend nccl needs CUDA devices") == 2  # rank 0 too
     assert not (tmp_path / "run").exists()
+
+
+def test_resuming_with_another_global_batch_warns(tmp_path):
+    from conftest import tiny_config_text
+    from splattrain.config import load_config
+    from splattrain.console import Console
+    from splattrain.engine import DefaultTrainer
+
+    (tmp_path / "cfg.yaml").write_text(tiny_config_text(tmp_path, steps=4))
+    DefaultTrainer(load_config(tmp_path / "cfg.yaml"), console=Console(quiet=True)).train()
+    warnings = []
+    trainer = DefaultTrainer(load_config(tmp_path / "cfg.yaml", ["trainer.batch_size=2", "trainer.max_steps=5"]),
+                             console=Console(quiet=True))
+    trainer.console.warning = lambda message, once=None: warnings.append(message)
+    trainer.train(resume="latest")
+    assert any("trained on 1 views per step over all ranks, this run on 2" in w for w in warnings)
