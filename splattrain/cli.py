@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -30,6 +31,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="continue from a checkpoint (default: ckpt/last.pt in the run directory)")
     fit.add_argument("--overwrite", action="store_true",
                      help="start afresh in a run directory that holds checkpoints, moving the old run aside")
+    fit.add_argument("--nproc", type=int, default=None, metavar="N",
+                     help="train on N processes on this machine (torchrun's launcher on 127.0.0.1)")
     fit.add_argument("--dry-run", action="store_true",
                      help="build everything, check the writers, print the hooks, writers and config, exit")
     loudness = fit.add_mutually_exclusive_group()
@@ -92,6 +95,10 @@ def _fit(args: argparse.Namespace) -> int:
     from .engine import DefaultTrainer  # noqa: F401  (registers the built-in trainer)
     from .registry import TRAINERS
 
+    if args.nproc is not None:
+        from .distributed.launch import launch_local
+
+        return launch_local(args.nproc, _without_nproc(sys.argv[2:] if args.argv is None else args.argv[1:]))
     console = Console(quiet=args.quiet, verbose=args.verbose)
     config_path = Path(args.config)
     if args.resume not in (None, "latest") and "=" in args.resume and not Path(args.resume).exists():
@@ -107,6 +114,8 @@ def _fit(args: argparse.Namespace) -> int:
     trainer = TRAINERS.get(cfg.trainer.type)(cfg, console=console, config_dir=config_path.parent)
     trainer.resume_hint = " ".join(["splattrain fit --config", str(config_path), *args.overrides, "--resume"])
     if args.dry_run:
+        if not trainer.is_main:
+            return 0
         console.table("hooks", ["point", "hooks (priority)"], [[p, ", ".join(n)] for p, n in trainer.hooks.table()])
         console.table("writers", ["type", "class", "options"], _writer_rows(cfg.writers))
         console.print(escape(config_to_yaml(cfg)))
@@ -114,11 +123,26 @@ def _fit(args: argparse.Namespace) -> int:
     if args.overwrite and args.resume is not None:
         raise UserError("--overwrite starts a new run; it cannot be combined with --resume")
     results = trainer.train(resume=args.resume, overwrite=args.overwrite)
+    if not trainer.is_main:
+        return 0  # rank 0 reports
     shown = "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in results.items() if k != "per_view")
     console.open_log(trainer.run_dir / "log.txt")  # the trainer closed it; the last line belongs there too
     console.print(f"done: {shown}  ->  {trainer.run_dir / 'results.json'}")
     console.close()
     return 0
+
+
+def _without_nproc(argv: List[str]) -> List[str]:
+    """``fit``'s arguments without ``--nproc N`` / ``--nproc=N`` (each rank runs a plain fit)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--nproc":
+            skip = True
+        elif not arg.startswith("--nproc="):
+            out.append(arg)
+    return out
 
 
 def _writer_rows(specs: List[Any]) -> List[List[str]]:
@@ -212,6 +236,12 @@ def _one_line(message: str) -> str:
     return " ".join(part.strip() for part in message.splitlines() if part.strip())
 
 
+def _rank_prefix() -> str:
+    """``[rank N] `` on torchrun ranks other than 0 (their errors still reach the console)."""
+    rank = os.environ.get("RANK", "0")
+    return f"[rank {rank}] " if rank not in ("", "0") else ""
+
+
 class _Terminated(KeyboardInterrupt):
     """SIGTERM, turned into an exception so cleanup runs as for Ctrl-C."""
 
@@ -224,6 +254,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Entry point; returns the process exit code."""
     try:
         args = _parser().parse_args(argv)
+        args.argv = argv
         previous = signal.signal(signal.SIGTERM, _raise_terminated)
     except KeyboardInterrupt:
         print("stopped by SIGINT", file=sys.stderr)
@@ -238,10 +269,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                     "view": _view, "list": _list}
         return commands[args.command](args)
     except UserError as err:
-        print(f"error: {_one_line(str(err))}", file=sys.stderr)
+        print(f"{_rank_prefix()}error: {_one_line(str(err))}", file=sys.stderr)
         return EXIT_USER_ERROR
     except OSError as err:  # a path the user gave cannot be written (full disk, read-only, in the way)
-        print(f"error: {describe_os_error(err)}", file=sys.stderr)
+        print(f"{_rank_prefix()}error: {describe_os_error(err)}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt as err:
         signum = signal.SIGTERM if isinstance(err, _Terminated) else getattr(err, "signum", signal.SIGINT)

@@ -29,6 +29,8 @@ class TrainerConfig:
     render_depth: bool = False  # training renders also give RenderResult.depth (validation always does)
     type: str = "DefaultTrainer"  # the trainer class (splattrain list trainers)
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
+    dist_backend: str = "auto"  # under torchrun: auto (nccl on CUDA, else gloo) | gloo | nccl
+    dist_threads: int = 0  # under torchrun on the CPU: threads per rank (0: usable cores / ranks on the machine)
 
 
 @dataclass

@@ -76,6 +76,9 @@ class DataPipeline:
     ``background`` [3] (the colour used), ``camera`` (list), ``image_id`` [C]. A training batch
     holds ``views`` views (C), drawn in turn from the epoch order, over one background.
     ``world_transform`` (float64 [4,4]) maps the dataset's world frame to the cameras' frame.
+
+    Several ranks: each step draws ``views`` x ``world_size`` views from the one global order
+    (the same whatever the world size) and rank ``rank`` takes the ``rank``-th run of ``views``.
     """
 
     def __init__(
@@ -87,9 +90,13 @@ class DataPipeline:
         random_background: bool = False,
         prefetch: bool = True,
         views: int = 1,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
         self.scene = scene
         self.views = views
+        self.rank = rank
+        self.world_size = world_size
         self.train_frames = scene.train
         self.test_frames = scene.test
         self.device = device
@@ -122,7 +129,8 @@ class DataPipeline:
 
     def _draw(self) -> tuple[List[int], Tensor]:
         """The next training views and their background colour (on the caller's thread)."""
-        indices = [self._next_index() for _ in range(self.views)]
+        indices = [self._next_index() for _ in range(self.views * self.world_size)]
+        indices = indices[self.rank * self.views : (self.rank + 1) * self.views]
         if self.random_background:
             return indices, torch.rand(3, generator=self._generator)
         return indices, self.background

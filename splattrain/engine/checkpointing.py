@@ -32,6 +32,7 @@ def checkpoint_state(trainer: "DefaultTrainer") -> Dict[str, Any]:
         "strategy_state": trainer.strategy_state,
         "view_opt": trainer.view_opt.state_dict(),
         "data": trainer.data.state_dict(),
+        "global_views": trainer.data.views * trainer.data.world_size,  # views per step over all ranks
         "rng": rng_states(),
         "train_seconds": trainer.train_seconds,
         "last_metrics": trainer.last_metrics,
@@ -78,6 +79,12 @@ def restore_checkpoint(trainer: "DefaultTrainer", source: str | Path | Tuple[Pat
     trainer.strategy_state = _to_device(checkpoint["strategy_state"], trainer.device)
     trainer.data.load_state_dict(checkpoint["data"])
     trainer.view_opt.load_state_dict(checkpoint.get("view_opt", {}), trainer.console.warning)
+    saved_views, views = checkpoint.get("global_views"), trainer.data.views * trainer.data.world_size
+    if saved_views is not None and saved_views != views:
+        trainer.console.warning(
+            f"the checkpoint trained on {saved_views} views per step over all ranks, this run on {views} "
+            "(trainer.batch_size x optim.accumulate_steps x ranks): the view order continues differently"
+        )
     set_rng_states(checkpoint["rng"])
     trainer.step = int(checkpoint["step"])
     trainer.train_seconds = float(checkpoint.get("train_seconds", 0.0))

@@ -42,8 +42,8 @@ def save_rescue_checkpoint(trainer: "DefaultTrainer", error: BaseException) -> O
     """Write ``ckpt/rescue_step_XXXXXX.pt`` of the last completed step, when a step began since
     the run (or its resume) started; returns its path, or None when nothing was saved."""
     completed = trainer.completed_step
-    if trainer.step <= trainer.start_step:
-        return None
+    if trainer.step <= trainer.start_step or not getattr(trainer, "is_main", True):
+        return None  # nothing trained since the start; or not rank 0, which alone writes files
     path = rescue_path(trainer, completed)
     unfinished = completed < trainer.step
     current = trainer.step

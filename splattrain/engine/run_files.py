@@ -56,7 +56,10 @@ def check_run_dir(trainer: "DefaultTrainer", resume: Optional[str | Path], overw
 
 
 def open_run_dir(trainer: "DefaultTrainer") -> WriterGroup:
-    """Create the run directory, start log.txt, write config.yaml, and start the writers."""
+    """Create the run directory, start log.txt, write config.yaml, and start the writers
+    (on rank 0; other ranks get no writers)."""
+    if not trainer.is_main:
+        return WriterGroup([], warn=trainer.console.warning)
     trainer.run_dir.mkdir(parents=True, exist_ok=True)
     trainer.console.open_log(trainer.run_dir / "log.txt")
     for note in getattr(trainer, "runtime_notes", []):
@@ -100,6 +103,8 @@ def print_header(trainer: "DefaultTrainer") -> None:
         f"device {device}  renderer {type(trainer.renderer).__name__} ({trainer.renderer.rasterize_mode})  "
         f"gaussians {trainer.model.num_gaussians:,}  steps {trainer.max_steps:,}  run dir {trainer.run_dir}"
     )
+    if trainer.dist.enabled:
+        console.info(f"data-parallel: {trainer.dist.describe()}")
     terms = " + ".join(f"{term.weight:g} {name}" for name, term in trainer.loss.terms)
     console.info(f"strategy {type(trainer.strategy).__name__}  loss {terms}")
     rows = [[p, ", ".join(n)] for p, n in trainer.hooks.table()]
@@ -136,5 +141,6 @@ def write_results(trainer: "DefaultTrainer", path: Path) -> Dict[str, Any]:
         **trainer.view_opt.report(),
         "per_view": trainer.val_per_view,
     }
-    atomic_write_text(path, json.dumps(results, indent=2) + "\n")
+    if trainer.is_main:
+        atomic_write_text(path, json.dumps(results, indent=2) + "\n")
     return results

@@ -16,7 +16,10 @@ from ..config.steps import check_schedule
 from ..console import Console
 from ..data.loading import load_scene
 from ..data.pipeline import DataPipeline, camera_scene_scale
+from ..distributed import DistContext, RankConsole
+from ..distributed.steps import agree_on_step
 from ..hooks.base import Hook
+from ..hooks.dist_check import DistributedCheckHook
 from ..hooks.dispatch import HookDispatcher
 from ..io.atomic import atomic_link
 from ..losses import build_loss
@@ -45,7 +48,8 @@ class DefaultTrainer:
     ``checkpoint_dir``, ``device``, ``step``, ``max_steps``, ``step_settings`` (the config values
     each step reads, taken once), ``data``, ``model``, ``renderer``, ``loss``, ``optimizers``,
     ``schedulers``, ``strategy``, ``strategy_state``, ``view_opt`` (learned per-view appearance and
-    pose corrections), ``writers``, ``hooks``, ``last_metrics``.
+    pose corrections), ``writers``, ``hooks``, ``last_metrics``, ``dist`` (the rank context),
+    ``rank``, ``world_size``, ``is_main`` (only rank 0 writes files).
     """
 
     def __init__(self, cfg: DictConfig, console: Optional[Console] = None, config_dir: Optional[Path] = None) -> None:
@@ -56,7 +60,10 @@ class DefaultTrainer:
         import_user_modules(list(cfg.imports), config_dir)
         register_builtins()
         seed_everything(cfg.seed)
-        self.device = resolve_device(cfg.trainer.device)
+        self.dist = DistContext.from_env(cfg.trainer.dist_backend, resolve_device(cfg.trainer.device), cfg.trainer.dist_threads)
+        self.device = self.dist.device
+        if not self.dist.is_main:
+            self.console = RankConsole(self.dist.rank, self.console)
         self.step = 0
         self.max_steps = int(cfg.trainer.max_steps)
         self.background = torch.tensor(list(cfg.data.background), dtype=torch.float32, device=self.device)
@@ -66,6 +73,7 @@ class DefaultTrainer:
         self.data = DataPipeline(
             scene, self.background, self.device, seed=cfg.seed,
             random_background=cfg.data.random_background, prefetch=cfg.data.prefetch, views=views,
+            rank=self.dist.rank, world_size=self.dist.world_size,
         )
         self.scene_scale = camera_scene_scale(self.data.train_cameras)
         self.model = build_model(cfg, scene, self.data.train_cameras, self.console.info).to(self.device)
@@ -76,6 +84,7 @@ class DefaultTrainer:
         )
         self.strategy = build_strategy(strategy_spec, self.renderer, warn=self.console.warning)
         check_schedule(self.strategy, self.max_steps, self.console.warning)
+        self.strategy.set_statistics_reducer(self.dist if self.dist.enabled else None)
         self.loss = build_loss(OmegaConf.to_container(cfg.loss, resolve=True), self.strategy.default_loss_terms())
         self.loss.drop_unavailable(self, self.console.warning)
         self.step_settings = StepSettings.from_config(cfg, render_depth=self.loss.needs_depth)
@@ -93,6 +102,7 @@ class DefaultTrainer:
         self.hooks = HookDispatcher(timing=cfg.trainer.hook_timing)
         for name, spec in hook_specs(cfg.default_hooks, list(cfg.custom_hooks)):
             self.register_hook(build_hook(name, spec))
+        DistributedCheckHook.ensure(self)
 
         self.runtime_info: Dict[str, float] = {}
         self.resume_hint = f"splattrain fit --config <config> output_dir={self.run_dir} --resume"
@@ -104,6 +114,21 @@ class DefaultTrainer:
         self.completed_step = self.start_step = 0
         self.state_before_step: Optional[Dict[str, Any]] = None
         self.rescue_on_error = True
+
+    @property
+    def rank(self) -> int:
+        """This process's rank (0 in a single process)."""
+        return self.dist.rank
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks training together."""
+        return self.dist.world_size
+
+    @property
+    def is_main(self) -> bool:
+        """True on rank 0, the rank that writes files and prints."""
+        return self.dist.is_main
 
     def register_hook(self, hook: Hook) -> None:
         """Add a hook; dispatch tables are rebuilt so unused points stay free."""
@@ -167,6 +192,7 @@ class DefaultTrainer:
             finally:
                 self.writers.close()
                 self.console.close()
+                self.dist.close()
 
     def train_step(self, step: int) -> Dict[str, Any]:
         """One optimisation step over ``trainer.batch_size`` x ``optim.accumulate_steps`` views,
@@ -194,8 +220,10 @@ class DefaultTrainer:
             (losses["loss"] / len(chunks)).backward()
             infos.append(render.info)
             terms.append(losses)
-        outputs = {"render": render, "losses": mean_losses(terms), "sh_degree": sh_degree, "batch": batch}
+        losses = self.dist.sync_gradients(self.optimizers, mean_losses(terms))  # mean over ranks
+        outputs = {"render": render, "losses": losses, "sh_degree": sh_degree, "batch": batch}
         self.call_hook("after_backward", step, outputs)
+        agree_on_step(self, outputs)
         if not outputs.get("skip_update"):
             self.strategy.post_backward(self.model.params, self.optimizers, self.strategy_state, step, infos)
             step_optimizers(self.optimizers, infos)
@@ -219,13 +247,16 @@ class DefaultTrainer:
             self.evaluator = self._evaluator()
         self.call_hook("before_val")
         sh_degree = degree_for_step(self.step, self.step_settings.sh_degree_interval, self.step_settings.sh_degree)
-        per_view: List[Dict[str, Any]] = []
+        scored: List[tuple[int, Dict[str, Any]]] = []
         for index, batch in enumerate(self.data.test_batches()):
+            if not self.dist.owns_view(index):  # several ranks share the test views
+                continue
             self.call_hook("before_val_iter", index, batch)
             render = self.renderer.render(self.model, batch["camera"], sh_degree, self.background)
             scores = self.evaluator(render.rgb, batch["image"], batch.get("mask"))
-            per_view.append({"view": batch["camera"][0].name, **scores})
+            scored.append((index, {"view": batch["camera"][0].name, **scores}))
             self.call_hook("after_val_iter", index, batch, {"render": render, "metrics": scores})
+        per_view = self.dist.gather_views(scored)
         metrics = {"step": self.step, **mean_metrics(per_view)}
         self.val_per_view = per_view
         self.last_metrics = metrics
@@ -240,8 +271,12 @@ class DefaultTrainer:
         return checkpoint
 
     def save_checkpoint(self, path: Path, link_last: bool = True) -> Path:
-        """Write a resumable checkpoint to ``path`` atomically (and point last.pt beside it at it)."""
-        save_checkpoint_file(self.checkpoint_state(), path)
+        """Write a resumable checkpoint to ``path`` atomically (and point last.pt beside it at it).
+        Every rank calls it (hooks may compare the ranks); only rank 0 writes."""
+        checkpoint = self.checkpoint_state()
+        if not self.is_main:
+            return path
+        save_checkpoint_file(checkpoint, path)
         if link_last:
             atomic_link(path, path.parent / "last.pt")
         return path
@@ -251,6 +286,7 @@ class DefaultTrainer:
         ``checkpointing.read_checkpoint`` returned) and continue from its step; refuses one whose
         scene or model settings differ from this config."""
         checkpoint = checkpointing.restore_checkpoint(self, source)
+        self.strategy.release_statistics(self.strategy_state)  # rank 0 holds the totals
         self.call_hook("after_load_checkpoint", checkpoint)
         return checkpoint
 

@@ -4,6 +4,7 @@ from .auto_checkpoint import AutoCheckpointHook, RunInterrupted
 from .base import HOOK_POINTS, Hook, Priority, get_priority
 from .checkpoint_hook import CheckPointHook
 from .dispatch import HookDispatcher, HookError
+from .dist_check import DistributedCheckHook, ReplicaDivergenceError
 from .ema import EMAHook
 from .grad_clip import GradClipHook
 from .invalid_loss import CheckInvalidLossHook, InvalidLossError
@@ -19,6 +20,7 @@ __all__ = [
     "AutoCheckpointHook",
     "CheckInvalidLossHook",
     "CheckPointHook",
+    "DistributedCheckHook",
     "EMAHook",
     "GradClipHook",
     "Hook",
@@ -30,6 +32,7 @@ __all__ = [
     "EmptyCacheHook",
     "MemoryBudgetHook",
     "ProfilerHook",
+    "ReplicaDivergenceError",
     "ResolutionScheduleHook",
     "ViewerHook",
     "Priority",

@@ -93,7 +93,7 @@ class CheckPointHook(Hook):
         if saved:
             self.save(trainer)
         ply_due = saved if self.ply_interval is None else (self.every_n_steps(trainer, self.ply_interval) or last)
-        if ply_due:
+        if ply_due and trainer.is_main:
             write_ply(trainer.run_dir / "ply" / f"step_{step:06d}.ply", trainer.model.params, _antialiased(trainer))
 
     def after_val(self, trainer, metrics: Dict[str, Any]) -> None:
@@ -111,6 +111,8 @@ class CheckPointHook(Hook):
     def after_train(self, trainer) -> None:
         if self.publish:
             state = {key: value for key, value in trainer.checkpoint_state().items() if key in _PUBLISHED_KEYS}
+            if not trainer.is_main:  # every rank builds the state (hooks may compare ranks); rank 0 writes
+                return
             save_checkpoint_file(state, trainer.checkpoint_dir / "published.pt")
             scenes = [trainer.run_dir / f"scene.{FORMATS[fmt]}" for fmt in self.publish_formats]
             for fmt, path in zip(self.publish_formats, scenes):

@@ -72,6 +72,7 @@ class DefaultStrategy(Strategy):
         if step >= self.refine_stop_iter:
             return
         self.accumulate(params, state, step, info)
+        self.sync_statistics(state)
         if step > self.refine_start_iter and step % self.refine_every == 0 \
                 and step % self.reset_every >= self.pause_refine_after_reset:
             self.grow(params, optimizers, state, step)
@@ -82,6 +83,13 @@ class DefaultStrategy(Strategy):
                 state["radii"].zero_()
         if step > 0 and step % self.reset_every == 0:
             ops.reset_opacity(params, optimizers, value=self.prune_opa * 2.0)
+
+    def reduced_statistics(self, state: Dict[str, Any]) -> Dict[str, str]:
+        """Gradient sums and visibility counts add up across ranks; the largest radii are kept."""
+        modes = {"grad2d": "sum", "count": "sum"}
+        if "radii" in state:
+            modes["radii"] = "max"
+        return modes
 
     @torch.no_grad()
     def accumulate(self, params, state: Dict[str, Any], step: int, info: Info) -> None:

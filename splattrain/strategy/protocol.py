@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Mapping, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Tuple
 
 import torch
 from torch import Tensor
@@ -15,6 +15,14 @@ from . import ops
 ReindexListener = Callable[[Tensor, Mapping[str, Tensor]], None]
 
 Info = Dict[str, Any]
+
+
+class StatisticsReducer(Protocol):
+    """Combines strategy statistics across ranks (see :meth:`Strategy.reduced_statistics`)."""
+
+    def reduce_statistics(self, state: Dict[str, Any], modes: Mapping[str, str]) -> None: ...
+
+    def release_statistics(self, state: Dict[str, Any], modes: Mapping[str, str]) -> None: ...
 
 
 class Strategy:
@@ -41,6 +49,15 @@ class Strategy:
     is rebuilt from the config). The ops apply each row change to every tensor of the dict they
     are given: tensors with one row per Gaussian are listed by :meth:`per_gaussian` (all of
     them, by default) and follow every op; keep other values as Python numbers.
+
+    Several ranks (data-parallel training): every rank renders its own views, so statistics a
+    strategy accumulates differ between ranks. :meth:`reduced_statistics` names the state entries
+    to combine (``"sum"`` or ``"max"``) and the strategy calls :meth:`sync_statistics` after
+    accumulating and before any refinement decision; afterwards every rank holds the totals and
+    makes the same decisions. After :meth:`post_backward` the ranks other than 0 zero their
+    summed entries again, so rank 0 (and its checkpoints) holds the run's totals. Random choices
+    must come from generators seeded alike on every rank and draw the same amounts (the global
+    torch generator is: every rank has the same seed and the same parameters).
 
     Caps: a strategy that can bound the number of Gaussians sets ``supports_cap = True`` and has
     a ``max_gaussians`` field (0: no cap) that it honours when growing; hooks (MemoryBudgetHook)
@@ -85,6 +102,31 @@ class Strategy:
         for info in infos[:-1]:
             self.accumulate(params, state, step, info)
         self.step_post_backward(params, optimizers, state, step, infos[-1])
+        self.release_statistics(state)
+
+    # -- several ranks -----------------------------------------------------------------------
+    def reduced_statistics(self, state: Dict[str, Any]) -> Dict[str, str]:
+        """The ``state`` entries accumulated per rank that must be combined across ranks before a
+        refinement decision: key -> ``"sum"`` or ``"max"`` (none by default)."""
+        return {}
+
+    def set_statistics_reducer(self, reducer: Optional[StatisticsReducer]) -> None:
+        """Attach the rank context that combines statistics (None: a single process)."""
+        self.__dict__["_statistics_reducer"] = reducer
+
+    def sync_statistics(self, state: Dict[str, Any]) -> None:
+        """Combine :meth:`reduced_statistics` across ranks (nothing in a single process); call it
+        after accumulating and before deciding what to refine."""
+        reducer = self.__dict__.get("_statistics_reducer")
+        if reducer is not None:
+            reducer.reduce_statistics(state, self.reduced_statistics(state))
+
+    def release_statistics(self, state: Dict[str, Any]) -> None:
+        """Zero the summed statistics on ranks other than 0 (after each step's refinement and
+        after restoring a checkpoint, which holds the totals)."""
+        reducer = self.__dict__.get("_statistics_reducer")
+        if reducer is not None:
+            reducer.release_statistics(state, self.reduced_statistics(state))
 
     def default_loss_terms(self) -> List[Dict[str, Any]]:
         """Loss terms this strategy needs beyond the photometric ones, used when the config does

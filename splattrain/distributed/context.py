@@ -1,0 +1,195 @@
+"""The rank context of a run: who this process is, its device and threads, and the collectives
+the trainer calls (a single process gets a context whose calls do nothing)."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from ..console import Console
+from ..errors import ConfigError
+from .sync import all_reduce_flat
+
+_BACKENDS = ("auto", "gloo", "nccl")
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return default if value in (None, "") else int(value)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the platform has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass
+class DistContext:
+    """This process's place in a run: ``rank`` of ``world_size`` (``local_rank`` of
+    ``local_world_size`` on its machine), its ``device`` and, on the CPU, its thread count.
+
+    A run started by torchrun (``WORLD_SIZE`` > 1 in the environment) joins the process group;
+    otherwise the context is a single process and every collective returns at once.
+    ``bytes_reduced`` and ``comm_seconds`` add up the gradient and statistics all-reduces.
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    backend: Optional[str] = None
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    threads: int = 0
+    bytes_reduced: int = 0
+    comm_seconds: float = 0.0
+    pending_signal: int = 0  # a stop signal this rank received, for the next agreement
+    signals_routed: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        """True when there is more than one rank."""
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        """True on rank 0, the only rank that writes files and prints."""
+        return self.rank == 0
+
+    @classmethod
+    def from_env(cls, backend: str, device: torch.device, threads: int = 0) -> "DistContext":
+        """The context torchrun's environment describes; joins the process group when it has
+        more than one rank. ``device`` is the configured one: CUDA becomes ``cuda:LOCAL_RANK``.
+        ``threads`` (0: the usable cores / local ranks) sets each CPU rank's thread count."""
+        if backend not in _BACKENDS:
+            raise ConfigError(f"trainer.dist_backend {backend!r}: use one of {', '.join(_BACKENDS)}")
+        world_size = _env_int("WORLD_SIZE", 1)
+        if world_size <= 1:
+            return cls(device=device)
+        rank, local_rank = _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
+        local_world_size = _env_int("LOCAL_WORLD_SIZE", world_size)
+        if device.type == "cuda":
+            device = torch.device("cuda", local_rank)
+            torch.cuda.set_device(device)
+        if backend == "auto":
+            backend = "nccl" if device.type == "cuda" else "gloo"
+        if backend == "nccl" and device.type != "cuda":
+            raise ConfigError("trainer.dist_backend nccl needs CUDA devices; use gloo (or auto) on the CPU")
+        if device.type == "cpu":
+            threads = threads if threads > 0 else max(1, usable_cores() // local_world_size)
+            torch.set_num_threads(threads)
+        if not dist.is_initialized():
+            dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world_size)
+        return cls(rank, world_size, local_rank, local_world_size, backend, device, threads)
+
+    def describe(self) -> str:
+        """One line for the run header."""
+        if not self.enabled:
+            return "single process"
+        text = f"{self.world_size} ranks ({self.local_world_size} on this machine), backend {self.backend}"
+        if self.device.type == "cpu":
+            text += f", {self.threads} thread{'s' if self.threads != 1 else ''} per rank"
+        return text
+
+    def close(self) -> None:
+        """Leave the process group (at the end of the run)."""
+        if self.enabled and dist.is_initialized():
+            dist.destroy_process_group()
+
+    # -- training step -----------------------------------------------------------------
+    def sync_gradients(self, optimizers: Mapping[str, torch.optim.Optimizer],
+                       losses: Dict[str, Tensor]) -> Dict[str, Tensor]:
+        """Average every optimised parameter's gradient and the step's loss terms over the ranks
+        (one flattened all-reduce per bucket); returns the averaged, detached loss terms."""
+        if not self.enabled:
+            return losses
+        started = time.perf_counter()
+        grads = [p.grad for opt in optimizers.values() for group in opt.param_groups for p in group["params"]
+                 if p.grad is not None]
+        if any(g.is_sparse for g in grads):
+            raise ConfigError("sparse gradients (renderer.sparse_grad) cannot be averaged across ranks; turn them off")
+        names = list(losses)
+        values = torch.stack([losses[k].detach().float().reshape(()) for k in names]).to(self.device)
+        self.bytes_reduced += all_reduce_flat([*grads, values], scale=1.0 / self.world_size)
+        self.comm_seconds += time.perf_counter() - started
+        return {k: values[i] for i, k in enumerate(names)}
+
+    def any_rank(self, flags: Sequence[int]) -> List[int]:
+        """The largest value of each flag over the ranks (a step skipped or a signal on any rank)."""
+        if not self.enabled:
+            return list(flags)
+        values = torch.tensor(list(flags), dtype=torch.int64, device=self.device)
+        dist.all_reduce(values, op=dist.ReduceOp.MAX)
+        return [int(v) for v in values.tolist()]
+
+    # -- strategy statistics ----------------------------------------------------------------
+    def reduce_statistics(self, state: Dict[str, Any], modes: Mapping[str, str]) -> None:
+        """Combine the state entries ``modes`` names (``"sum"`` or ``"max"``) across ranks in place."""
+        if not self.enabled:
+            return
+        started = time.perf_counter()
+        for mode, op in (("sum", dist.ReduceOp.SUM), ("max", dist.ReduceOp.MAX)):
+            tensors = [state[k] for k, m in modes.items() if m == mode and isinstance(state.get(k), Tensor)]
+            if tensors:
+                self.bytes_reduced += all_reduce_flat(tensors, op=op)
+        self.comm_seconds += time.perf_counter() - started
+
+    def release_statistics(self, state: Dict[str, Any], modes: Mapping[str, str]) -> None:
+        """After refinement: ranks other than 0 zero their summed entries, so that the sum over
+        the ranks stays the run's total (held by rank 0, and by its checkpoints)."""
+        if not self.enabled or self.is_main:
+            return
+        for key, mode in modes.items():
+            if mode == "sum" and isinstance(state.get(key), Tensor):
+                state[key].zero_()
+
+    # -- validation ------------------------------------------------------------------------
+    def owns_view(self, index: int) -> bool:
+        """Whether this rank renders test view ``index`` (views are dealt round-robin)."""
+        return index % self.world_size == self.rank
+
+    def gather_views(self, items: List[tuple[int, Dict[str, Any]]]) -> List[Dict[str, Any]]:
+        """Every rank's ``(index, scores)`` pairs, merged in view order, on every rank."""
+        if not self.enabled:
+            return [scores for _, scores in sorted(items, key=lambda item: item[0])]
+        gathered: List[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, items)
+        merged = [item for part in gathered for item in part]
+        return [scores for _, scores in sorted(merged, key=lambda item: item[0])]
+
+    def gather_checksums(self, checksums: Tensor) -> List[Tensor]:
+        """Every rank's checksum table (rank order)."""
+        if not self.enabled:
+            return [checksums]
+        local = checksums.to(self.device)  # NCCL gathers device tensors only
+        out = [torch.empty_like(local) for _ in range(self.world_size)]
+        dist.all_gather(out, local)
+        return [t.cpu() for t in out]
+
+
+class RankConsole(Console):
+    """The console of a rank other than 0: shows only warnings, prefixed with the rank, and writes
+    no log file (rank 0's console writes log.txt)."""
+
+    def __init__(self, rank: int, base: Optional[Console] = None) -> None:
+        super().__init__(quiet=True, verbose=False, terminal=base.terminal if base is not None else None)
+        self.rank = rank
+
+    def open_log(self, path) -> None:  # noqa: D102 - rank 0 writes the log
+        return
+
+    def warning(self, message: str, once: Optional[str] = None) -> None:
+        super().warning(f"[rank {self.rank}] {message}", once=once)
+
+
+def shard(items: Iterable[Any], ctx: DistContext) -> Iterable[tuple[int, Any]]:
+    """``(index, item)`` for the items this rank owns."""
+    return ((i, item) for i, item in enumerate(items) if ctx.owns_view(i))

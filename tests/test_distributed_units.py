@@ -1,0 +1,218 @@
+"""The pieces of data-parallel training, on two gloo processes on loopback (no torchrun)."""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from dist_launch import free_port
+from splattrain.data.loading import load_scene
+from splattrain.data.pipeline import DataPipeline
+from splattrain.distributed import DistContext
+from splattrain.distributed.sync import all_reduce_flat, buckets, parameter_checksums
+from splattrain.hooks.dist_check import DistributedCheckHook, ReplicaDivergenceError
+from splattrain.strategy.default import DefaultStrategy
+from splattrain.strategy.mcmc import MCMCStrategy
+
+
+def test_buckets_keep_order_and_split_by_size():
+    tensors = [torch.zeros(10), torch.zeros(10), torch.zeros(30), torch.zeros(5, dtype=torch.float64), torch.zeros(1)]
+    parts = buckets(tensors, max_bytes=100)
+    assert [[t.numel() for t in b] for b in parts] == [[10, 10], [30], [5], [1]]
+    assert [t for b in parts for t in b] == tensors
+
+
+def test_checksums_see_any_bit():
+    a = torch.randn(100)
+    b = a.clone()
+    b[37] = torch.nextafter(b[37], torch.tensor(10.0))
+    assert not torch.equal(parameter_checksums([a]), parameter_checksums([b]))
+    assert torch.equal(parameter_checksums([a]), parameter_checksums([a.clone()]))
+
+
+def test_global_view_order_is_the_same_whatever_the_world_size(tiny_scene_cfg):
+    _, scene = load_scene(tiny_scene_cfg.data)
+    background = torch.ones(3)
+
+    def order(views, rank, world_size, steps):
+        data = DataPipeline(scene, background, torch.device("cpu"), seed=3, prefetch=False, views=views,
+                            rank=rank, world_size=world_size)
+        return [data.next_train(step)["image_id"].tolist() for step in range(steps)]
+
+    single = order(4, 0, 1, 30)  # crosses epoch boundaries (48 views)
+    ranks = [order(1, r, 4, 30) for r in range(4)]
+    pairs = [order(2, r, 2, 30) for r in range(2)]
+    for step in range(30):
+        assert single[step] == [ranks[r][step][0] for r in range(4)]
+        assert single[step] == pairs[0][step] + pairs[1][step]
+
+
+@pytest.fixture
+def tiny_scene_cfg(tmp_path):
+    from conftest import tiny_config_text
+    from splattrain.config import load_config
+
+    (tmp_path / "cfg.yaml").write_text(tiny_config_text(tmp_path))
+    return load_config(tmp_path / "cfg.yaml")
+
+
+# -- two processes ------------------------------------------------------------------------------
+def _worker(rank: int, port: int, body, queue) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", RANK=str(rank),
+                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2")
+    try:
+        ctx = DistContext.from_env("gloo", torch.device("cpu"), threads=1)
+        queue.put((rank, body(ctx)))
+    except BaseException:
+        queue.put((rank, traceback.format_exc()))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _on_two_ranks(body):
+    """Run ``body(ctx)`` on two spawned ranks; returns [rank 0's result, rank 1's result]."""
+    spawn = mp.get_context("spawn")
+    queue = spawn.Queue()
+    port = free_port()
+    processes = [spawn.Process(target=_worker, args=(rank, port, body, queue)) for rank in range(2)]
+    for process in processes:
+        process.start()
+    results = dict(queue.get(timeout=120) for _ in processes)
+    for process in processes:
+        process.join(timeout=60)
+    return [results[0], results[1]]
+
+
+def _gradients_and_losses(ctx):
+    param = torch.nn.Parameter(torch.zeros(3, 2))
+    param.grad = torch.full((3, 2), float(ctx.rank + 1))
+    optimizer = torch.optim.Adam([param])
+    losses = ctx.sync_gradients({"p": optimizer}, {"loss": torch.tensor(2.0 * ctx.rank)})
+    skip, signum = ctx.any_rank([ctx.rank, 0 if ctx.rank == 0 else 15])
+    return param.grad.tolist(), float(losses["loss"]), skip, signum, ctx.bytes_reduced
+
+
+def test_gradients_and_losses_are_averaged_and_flags_agreed(two_ranks):
+    for grads, loss, skip, signum, sent in two_ranks["gradients"]:
+        assert grads == [[1.5, 1.5]] * 3 and loss == 1.0 and (skip, signum) == (1, 15)
+        assert sent == 7 * 4  # six gradient values and one loss term, in one bucket
+
+
+def _statistics(ctx):
+    strategy = DefaultStrategy(refine_scale2d_stop_iter=100)
+    strategy.set_statistics_reducer(ctx)
+    state = {"grad2d": torch.tensor([1.0, 2.0]) * (ctx.rank + 1), "count": torch.tensor([1.0, 0.0]),
+             "radii": torch.tensor([0.1, 0.5]) * (2 - ctx.rank)}
+    strategy.sync_statistics(state)
+    totals = {k: v.tolist() for k, v in state.items()}
+    strategy.release_statistics(state)
+    return totals, {k: v.tolist() for k, v in state.items()}
+
+
+def test_statistics_are_summed_before_refinement_and_rank_zero_keeps_the_totals(two_ranks):
+    (totals0, after0), (totals1, after1) = two_ranks["statistics"]
+    assert totals0 == totals1
+    assert totals0["grad2d"] == [3.0, 6.0] and totals0["count"] == [2.0, 0.0]
+    assert totals0["radii"] == pytest.approx([0.2, 1.0])
+    assert after0 == totals0
+    assert after1["grad2d"] == [0.0, 0.0] and after1["count"] == [0.0, 0.0] and after1["radii"] == pytest.approx([0.2, 1.0])
+
+
+def _mcmc_relocation(ctx):
+    torch.manual_seed(5)  # every rank: the same seed and the same parameters
+    n = 200
+    params = {"means": torch.randn(n, 3), "scales": torch.randn(n, 3) - 3, "quats": torch.randn(n, 4),
+              "opacities": torch.randn(n) - 2, "sh0": torch.randn(n, 1, 3), "shN": torch.zeros(n, 3, 3)}
+    params = {k: torch.nn.Parameter(v) for k, v in params.items()}
+    optimizers = {k: torch.optim.Adam([p], lr=1e-3) for k, p in params.items()}
+    strategy = MCMCStrategy(max_gaussians=260, refine_start_iter=0, refine_every=1)
+    strategy.set_statistics_reducer(ctx)
+    state = strategy.initialize_state()
+    for step in range(1, 4):
+        strategy.post_backward(params, optimizers, state, step, [{}])
+    return parameter_checksums(params.values()).tolist(), len(params["means"])
+
+
+def test_mcmc_relocation_draws_the_same_on_every_rank(two_ranks):
+    (sums0, n0), (sums1, n1) = two_ranks["mcmc"]
+    assert n0 == n1 > 200 and sums0 == sums1
+
+
+class _Model:
+    def __init__(self, rank):
+        self.params = {"means": torch.zeros(4, 3), "opacities": torch.zeros(4) + (1e-3 if rank == 1 else 0.0)}
+
+
+class _Trainer:
+    def __init__(self, ctx):
+        self.dist, self.model, self.step = ctx, _Model(ctx.rank), 7
+
+
+def _check(ctx):
+    try:
+        DistributedCheckHook().check(_Trainer(ctx), "after step 7")
+    except ReplicaDivergenceError as error:
+        return str(error)
+    return "no error"
+
+
+def test_check_hook_names_the_first_diverged_parameter(two_ranks):
+    for message in two_ranks["check"]:
+        assert "parameter 'opacities' differs from rank 0's on rank(s) 1" in message
+        assert "after step 7" in message
+
+
+def _everything(ctx):
+    return {"gradients": _gradients_and_losses(ctx), "statistics": _statistics(ctx), "mcmc": _mcmc_relocation(ctx),
+            "check": _check(ctx)}
+
+
+@pytest.fixture(scope="module")
+def two_ranks():
+    """Every two-rank body above, run once in one pair of processes (starting them is the slow part)."""
+    results = _on_two_ranks(_everything)
+    for result in results:
+        assert isinstance(result, dict), result  # a traceback otherwise
+    return {key: [results[0][key], results[1][key]] for key in results[0]}
+
+
+def test_nproc_shorthand_starts_ranks_and_passes_user_errors_through(tmp_path):
+    import subprocess
+    import sys
+
+    from dist_launch import environment, write_config
+    from splattrain.cli import _without_nproc
+
+    assert _without_nproc(["--nproc", "2", "--config", "x.yaml", "--nproc=3", "a=1"]) == ["--config", "x.yaml", "a=1"]
+    config = write_config(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "splattrain", "fit", "--nproc", "2", "--config", str(config),
+         f"output_dir={tmp_path / 'run'}", "trainer.dist_backend=nccl"],
+        env=environment(), capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "[rank 1] error: trainer.dist_backend nccl needs CUDA devices" in result.stderr
+    assert result.stderr.count("error: trainer.dist_backend nccl needs CUDA devices") == 2  # rank 0 too
+    assert not (tmp_path / "run").exists()
+
+
+def test_resuming_with_another_global_batch_warns(tmp_path):
+    from conftest import tiny_config_text
+    from splattrain.config import load_config
+    from splattrain.console import Console
+    from splattrain.engine import DefaultTrainer
+
+    (tmp_path / "cfg.yaml").write_text(tiny_config_text(tmp_path, steps=4))
+    DefaultTrainer(load_config(tmp_path / "cfg.yaml"), console=Console(quiet=True)).train()
+    warnings = []
+    trainer = DefaultTrainer(load_config(tmp_path / "cfg.yaml", ["trainer.batch_size=2", "trainer.max_steps=5"]),
+                             console=Console(quiet=True))
+    trainer.console.warning = lambda message, once=None: warnings.append(message)
+    trainer.train(resume="latest")
+    assert any("trained on 1 views per step over all ranks, this run on 2" in w for w in warnings)
