@@ -15,7 +15,7 @@ import torch
 from conftest import DEMO
 from splattrain.checkpoint import load_checkpoint_file
 
-#: Densification every 10 steps from step 10 and an opacity reset at step 30: both happen in 40 steps.
+#: Densification every 10 steps from step 10 and an opacity reset at step 30: both happen in 36 steps.
 SCENE = """
 name: tiny
 output_dir: {out}
@@ -24,7 +24,7 @@ data:
   path: {demo}
   downscale: 4
 trainer:
-  max_steps: 40
+  max_steps: 36
   val_interval: 0
   batch_size: 1
 model:
@@ -44,7 +44,7 @@ default_hooks:
   logger:
     interval: 1
   checkpoint:
-    interval: 20
+    interval: 18
 """
 
 

@@ -43,7 +43,7 @@ def _assert_close(a, b):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """One rank x batch 2 straight to step 40 (checkpoints at 20 and 40), in this process."""
+    """One rank x batch 2 straight to step 36 (checkpoints at 18 and 36), in this process."""
     folder = tmp_path_factory.mktemp("dist")
     config = write_config(folder)
     straight = _single(config, folder / "one")
@@ -56,9 +56,9 @@ def test_two_ranks_match_one_rank_with_the_same_global_batch(runs):
     run_torchrun(config, [f"output_dir={folder / 'two'}"])
     one, two = folder / "one", folder / "two"
     counts = gaussian_counts(two)
-    assert len(counts) == 40 and counts == gaussian_counts(one)
-    assert counts[40] != 300  # densification happened
-    _assert_close(gaussians(two / "ckpt" / "step_000040.pt"), gaussians(one / "ckpt" / "step_000040.pt"))
+    assert len(counts) == 36 and counts == gaussian_counts(one)
+    assert counts[36] != 300  # densification happened
+    _assert_close(gaussians(two / "ckpt" / "step_000036.pt"), gaussians(one / "ckpt" / "step_000036.pt"))
     # only rank 0 wrote, the same files as a single process
     assert sorted(p.name for p in two.iterdir()) == sorted(p.name for p in one.iterdir())
     # the ranks scored half the test views each; rank 0 gathered them in view order
@@ -71,26 +71,26 @@ def test_two_ranks_match_one_rank_with_the_same_global_batch(runs):
 
 @pytest.mark.slow
 def test_resume_across_world_sizes(runs):
-    """Two ranks to step 20 then one rank to 40, and one rank to 20 then two ranks (as two nodes
-    rendezvousing on 127.0.0.1) to 40, both equal one rank straight to 40."""
+    """Two ranks to step 18 then one rank to 36, and one rank to 18 then two ranks (as two nodes
+    rendezvousing on 127.0.0.1) to 36, both equal one rank straight to 36."""
     folder, config, straight = runs
-    reference = gaussians(folder / "one" / "ckpt" / "step_000040.pt")
-    if not (folder / "two" / "ckpt" / "step_000020.pt").exists():
-        run_torchrun(config, [f"output_dir={folder / 'two'}", "trainer.max_steps=20"])
-    resumed = _single(config, folder / "two_then_one", resume=folder / "two" / "ckpt" / "step_000020.pt")
-    assert resumed.step == 40
+    reference = gaussians(folder / "one" / "ckpt" / "step_000036.pt")
+    if not (folder / "two" / "ckpt" / "step_000018.pt").exists():
+        run_torchrun(config, [f"output_dir={folder / 'two'}", "trainer.max_steps=18"])
+    resumed = _single(config, folder / "two_then_one", resume=folder / "two" / "ckpt" / "step_000018.pt")
+    assert resumed.step == 36
     _assert_close(resumed.model.state_dict(), reference)
 
     port = str(_free_port())
-    overrides = [f"output_dir={folder / 'one_then_two'}", "--resume", str(folder / "one" / "ckpt" / "step_000020.pt")]
+    overrides = [f"output_dir={folder / 'one_then_two'}", "--resume", str(folder / "one" / "ckpt" / "step_000018.pt")]
     nodes = [subprocess.Popen(torchrun_command(config, overrides, nproc=1, port=int(port), node=(rank, 2)),
                               env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for rank in (0, 1)]
     outputs = [node.communicate(timeout=300)[0] for node in nodes]
     assert [node.returncode for node in nodes] == [0, 0], "\n".join(o[-3000:] for o in outputs)
-    _assert_close(gaussians(folder / "one_then_two" / "ckpt" / "step_000040.pt"), reference)
+    _assert_close(gaussians(folder / "one_then_two" / "ckpt" / "step_000036.pt"), reference)
     results = (folder / "one_then_two" / "results.json").read_text()
-    assert '"steps": 40' in results
+    assert '"steps": 36' in results
 
 
 def _free_port() -> int:

@@ -23,12 +23,22 @@ if TYPE_CHECKING:  # pragma: no cover
     from .trainer import DefaultTrainer
 
 
-def lock_run_dir(trainer: "DefaultTrainer") -> RunLock:
+class SharedRunDir:
+    """What ranks other than 0 hold instead of the lock: rank 0 owns the run directory."""
+
+    def release(self) -> None:
+        """Nothing to release."""
+
+
+def lock_run_dir(trainer: "DefaultTrainer") -> RunLock | SharedRunDir:
     """Lock the run directory for this process (RunDirectoryError naming the PID holding it), then
-    delete temporaries that a killed process left in it; sets ``trainer.checkpoint_dir``."""
+    delete temporaries that a killed process left in it; sets ``trainer.checkpoint_dir``. On
+    ranks other than 0 of a multi-process run nothing is locked (rank 0 holds the lock)."""
     for hook in trainer.hooks.hooks:
         if isinstance(hook, CheckPointHook) and hook.out_dir is not None:
             trainer.checkpoint_dir = Path(hook.out_dir)
+    if not trainer.is_main:
+        return SharedRunDir()
     notes: List[str] = []
     lock = RunLock(trainer.run_dir).acquire(notes.append)
     for stale in remove_stale_temporaries(trainer.run_dir, trainer.checkpoint_dir):
@@ -43,6 +53,8 @@ def check_run_dir(trainer: "DefaultTrainer", resume: Optional[str | Path], overw
     unless ``overwrite``, which moves the old run aside."""
     if resume is not None:
         return checkpointing.read_checkpoint(trainer, resume)
+    if not trainer.is_main:
+        return None  # rank 0 checks (and moves aside) the run directory
     existing = sorted(trainer.checkpoint_dir.glob("*.pt")) if trainer.checkpoint_dir.is_dir() else []
     if existing and overwrite and trainer.checkpoint_dir.resolve().is_relative_to(trainer.run_dir.resolve()):
         moved = move_run_aside(trainer.run_dir)
