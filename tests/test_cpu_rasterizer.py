@@ -31,7 +31,7 @@ from splattrain.engine import DefaultTrainer
 from splattrain.errors import ConfigError
 from splattrain.model.gaussians import GaussianModel
 from splattrain.registry import RENDERERS
-from splattrain.render import cpu, torch_rasterizer
+from splattrain.render import cpu, projection, torch_rasterizer
 from splattrain.render.cpu import build
 from splattrain.render.cpu_renderer import CpuRenderer
 from splattrain.render import TorchRenderer, build_renderer, sh_colors
@@ -158,7 +158,7 @@ def test_tile_binning_is_exactly_the_torch_binning():
     depths = torch.randint(1, 20, (2, 500), generator=gen).float() * 0.25  # many equal depths
     for tile_size in (8, 16):
         ours = cpu.intersect_tiles(means2d, radii, depths, 61, 45, tile_size)
-        ref = torch_rasterizer.intersect_tiles(means2d, radii, depths, 61, 45, tile_size)
+        ref = projection.intersect_tiles(means2d, radii, depths, 61, 45, tile_size)
         for key in ("tiles_per_gauss", "isect_ids", "flatten_ids", "isect_offsets"):
             assert torch.equal(getattr(ours, key), getattr(ref, key)), key
         assert (ours.tile_width, ours.tile_height) == (ref.tile_width, ref.tile_height)

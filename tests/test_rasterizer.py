@@ -20,7 +20,8 @@ from gsplat.strategy import DefaultStrategy
 from torch import Tensor
 
 from splattrain.render import torch_rasterizer
-from splattrain.render.torch_rasterizer import project, rasterize
+from splattrain.render.projection import project
+from splattrain.render.torch_rasterizer import rasterize
 from gsplat_on_cpu import fake_nerfacc, rasterize_to_indices_in_range
 from reference_rasterizer import composite_reference, project_reference, rasterize_reference
 

@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ..torch_rasterizer import Projection, TileIntersections, gsplat_info
+from ..projection import Projection, TileIntersections, gsplat_info
 from .build import load_library
 
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
@@ -35,7 +35,7 @@ def _ptrs(*tensors: Tensor) -> Tuple[int, ...]:
 
 
 class _Project(torch.autograd.Function):
-    """EWA projection (``torch_rasterizer.project``'s rules); outputs radii, means2d, depths,
+    """EWA projection (``projection.project``'s rules); outputs radii, means2d, depths,
     conics and opacities per camera."""
 
     @staticmethod
@@ -89,7 +89,7 @@ def project(
     eps2d: float = 0.3,
     antialiased: bool = False,
 ) -> Projection:
-    """:func:`splattrain.render.torch_rasterizer.project` in C++ (no gradient to the cameras)."""
+    """:func:`splattrain.render.projection.project` in C++ (no gradient to the cameras)."""
     settings = (width, height, near_plane, far_plane, eps2d, int(antialiased))
     radii, means2d, depths, conics, opacities_out = _Project.apply(
         means, quats, scales, opacities, viewmats, Ks, settings
@@ -147,7 +147,7 @@ def intersect_tiles(
     """Bin projected Gaussians into tiles, each list sorted front to back (gsplat's layout).
 
     Without ``conics`` and ``opacities``: the same result as
-    :func:`splattrain.render.torch_rasterizer.intersect_tiles` (every tile of each Gaussian's
+    :func:`splattrain.render.projection.intersect_tiles` (every tile of each Gaussian's
     bounding rectangle). With them, tiles of the rectangle that the Gaussian's ellipse at the
     alpha threshold misses are left out: they hold no pixel it contributes to, so compositing
     gives the same images and gradients from fewer intersections.
