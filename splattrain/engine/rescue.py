@@ -39,11 +39,11 @@ def rescue_path(trainer: "DefaultTrainer", step: int) -> Path:
 
 
 def save_rescue_checkpoint(trainer: "DefaultTrainer", error: BaseException) -> Optional[Path]:
-    """Write ``ckpt/rescue_step_XXXXXX.pt`` of the last completed step, when a step began since
-    the run (or its resume) started; returns its path, or None when nothing was saved."""
+    """Write ``ckpt/rescue_step_XXXXXX.pt`` of the last completed step, when a step was completed
+    since the run (or its resume) started; returns its path, or None when nothing was saved."""
     completed = trainer.completed_step
-    if trainer.step <= trainer.start_step or not getattr(trainer, "is_main", True):
-        return None  # nothing trained since the start; or not rank 0, which alone writes files
+    if completed <= trainer.start_step or not getattr(trainer, "is_main", True):
+        return None  # nothing trained since the start (its starting point is the rescue); or not rank 0
     path = rescue_path(trainer, completed)
     unfinished = completed < trainer.step
     current = trainer.step

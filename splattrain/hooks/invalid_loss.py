@@ -67,7 +67,8 @@ class CheckInvalidLossHook(Hook):
             return
         limit = f"; {self.skips} steps skipped already, the limit is {self.max_skips}" if self.policy == "skip" else ""
         saved = ""
-        if getattr(trainer, "rescue_on_error", False):  # the trainer saves the last completed step
+        if getattr(trainer, "rescue_on_error", False) and step - 1 > getattr(trainer, "start_step", 0):
+            # the trainer saves the last completed step
             saved = f". The state before this step is saved to {trainer.checkpoint_dir / f'rescue_step_{step - 1:06d}.pt'}"
         raise InvalidLossError(f"{problem}{limit}{saved}")
 
