@@ -116,7 +116,7 @@ def test_sigterm_to_one_rank_stops_every_rank_with_a_checkpoint(runs):
     launcher = subprocess.Popen(
         torchrun_command(config, [f"output_dir={run_dir}", "trainer.max_steps=100000",
                                   "default_hooks.checkpoint.interval=0"]),
-        env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 120
@@ -127,8 +127,11 @@ def test_sigterm_to_one_rank_stops_every_rank_with_a_checkpoint(runs):
         os.kill(workers[1], signal.SIGTERM)
         output = launcher.communicate(timeout=120)[0]
     finally:
-        if launcher.poll() is None:
-            launcher.kill()
+        try:  # the launcher and any rank still running: nothing outlives the test
+            os.killpg(launcher.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        launcher.wait()
     assert launcher.returncode != 0
     saved = sorted((run_dir / "ckpt").glob("step_*.pt"))
     assert len(saved) == 1 and (run_dir / "ckpt" / "last.pt").exists(), output[-3000:]
