@@ -7,7 +7,9 @@ the median steps per second of each and its ratio to no viewer. It also prints t
 hook's own time per step (its after_train_iter, from the per-hook timing) as a share of
 training time: the steadiest figure of the no-browser overhead on a busy machine.
 
-    python benchmarks/bench_viewer.py [--steps 300] [--rounds 3] [--no-browser]
+    python benchmarks/bench_viewer.py [--steps 300] [--rounds 3] [--no-browser] [option=value ...]
+
+Options (``refresh=1.0``, ``train_share=0.95``) set the viewer hook's options in the viewer runs.
 
 The browser run needs Debian's chromium and chromium-driver and selenium (see docs/viewer.md).
 The browser draws the page with SwiftShader on the CPU, so on a small machine it competes with
@@ -34,11 +36,14 @@ from splattrain.engine import DefaultTrainer  # noqa: E402
 from splattrain.hooks import Hook, ViewerHook  # noqa: E402
 
 
+VIEWER_OPTIONS: List[str] = []  # viewer hook options from the command line
+
+
 def build(steps: int, viewer: bool) -> DefaultTrainer:
     overrides = [f"trainer.max_steps={steps}", "trainer.val_interval=0", "writers=[]", "default_hooks.checkpoint=null",
                  f"output_dir={tempfile.mkdtemp(prefix='splattrain-bench-viewer-')}", "metrics.lpips=false"]
     if viewer:
-        overrides.append("default_hooks.viewer.port=0")
+        overrides += ["default_hooks.viewer.port=0"] + VIEWER_OPTIONS
     return DefaultTrainer(load_config(REPO / "configs" / "demo.yaml", overrides), console=Console(quiet=True))
 
 
@@ -82,7 +87,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-browser", action="store_true", help="skip the run with a browser")
+    parser.add_argument("options", nargs="*", help="viewer hook options (refresh=1.0, train_share=0.95, ...)")
     args = parser.parse_args()
+    VIEWER_OPTIONS.extend(f"default_hooks.viewer.{o}" for o in args.options)
     settings = ["none", "no_client"] + ([] if args.no_browser else ["browser"])
     measured: Dict[str, List[Dict[str, float]]] = {s: [] for s in settings}
     run(50, "none")  # warm up: compile, caches
