@@ -89,11 +89,55 @@ def test_pose_gradients_reach_the_correction_through_the_torch_renderer() -> Non
     assert float(torch.linalg.norm(shifted.center - camera.center).detach()) == pytest.approx(0.5, abs=1e-6)
 
 
+def test_cpu_renderer_pose_gradients_match_the_torch_renderer() -> None:
+    """The compiled renderer reaches the cameras through the Gaussians (render/pose_grad.py): the
+    torch renderer's images and pose gradient (view-dependent colours included), with two cameras
+    of one batch merged as one render."""
+    _, camera = scene_and_camera()
+    g = torch.Generator().manual_seed(0)
+    model = GaussianModel.from_points(torch.rand(200, 3, generator=g) * 2 - 1, torch.rand(200, 3, generator=g),
+                                      sh_degree=3, opacity=0.9, generator=g)
+    with torch.no_grad():
+        model.params["shN"].normal_(0.0, 0.3, generator=g)  # strongly view-dependent colours
+    second = Camera(viewmat=so3_4x4([0.0, 0.3, 0.05], [0.2, -0.1, 4.2]), K=camera.K, width=32, height=32, name="w")
+    grads, images = {}, {}
+    for kind in ("torch", "cpu"):
+        renderer = build_renderer({"type": kind}, torch.device("cpu"))
+        pose = SE3PoseRefinement(n_views=2)
+        with torch.no_grad():
+            pose.delta.copy_(torch.tensor([[0.01, -0.02, 0.015, 0.03, -0.02, 0.05], [0.0, 0.02, -0.01, -0.04, 0.01, 0.0]]))
+        render = renderer.render(model, pose.apply([camera, second], torch.tensor([0, 1])), 3, torch.ones(3))
+        assert render.rgb.shape == (2, 32, 32, 3) and render.info["radii"].shape[0] == 2
+        render.info["means2d"].retain_grad()  # what densification reads
+        (render.rgb * torch.linspace(0, 1, 3)).mean().backward()
+        assert render.info["means2d"].grad.shape == (2, 200, 2) and render.info["means2d"].grad.abs().max() > 0
+        grads[kind], images[kind] = pose.delta.grad.clone(), render.rgb.detach()
+    plain = build_renderer({"type": "cpu"}, torch.device("cpu")).render(
+        model, SE3PoseRefinement(n_views=2).apply([camera, second], torch.tensor([0, 1])), 3, torch.ones(3))
+    assert images["cpu"].abs().max() > 0 and not torch.equal(images["cpu"], plain.rgb.detach())  # the correction moves it
+    assert torch.allclose(images["cpu"], images["torch"], atol=1e-4)
+    assert grads["cpu"].abs().min() > 0
+    assert torch.allclose(grads["cpu"], grads["torch"], rtol=2e-3, atol=1e-6), (grads["cpu"], grads["torch"])
+
+
+def so3_4x4(omega, translation) -> torch.Tensor:
+    """A world-to-camera matrix from an axis-angle rotation and a translation."""
+    out = torch.eye(4)
+    out[:3, :3] = so3_exp(torch.tensor([omega]))[0]
+    out[:3, 3] = torch.tensor(translation)
+    return out
+
+
 def test_pose_refinement_refuses_a_renderer_without_pose_gradients() -> None:
-    cpu = build_renderer({"type": "cpu"}, torch.device("cpu"))
-    with pytest.raises(ConfigError, match="pose_opt needs a renderer .* CpuRenderer"):
-        ViewCorrections({"type": "none"}, {"type": "se3"}, 4, torch.device("cpu"), cpu)
-    corrections = ViewCorrections({"type": "affine"}, {"type": "none"}, 4, torch.device("cpu"), cpu)
+    from splattrain.render.cpu_renderer import CpuRenderer
+
+    class PosesFixedRenderer(CpuRenderer):
+        supports_pose_grad = False
+
+    renderer = PosesFixedRenderer()
+    with pytest.raises(ConfigError, match="pose_opt needs a renderer .* PosesFixedRenderer"):
+        ViewCorrections({"type": "none"}, {"type": "se3"}, 4, torch.device("cpu"), renderer)
+    corrections = ViewCorrections({"type": "affine"}, {"type": "none"}, 4, torch.device("cpu"), renderer)
     assert list(corrections.modules) == ["appearance"]
     with pytest.raises(ConfigError, match="unknown option 'pose_opt.lrr'"):
         ViewCorrections({"type": "none"}, {"type": "se3", "lrr": 1.0}, 4, torch.device("cpu"))
@@ -142,3 +186,19 @@ def test_appearance_learns_each_views_exposure(tmp_path: Path) -> None:
     learned = (torch.diagonal(delta[:, :, :3], dim1=1, dim2=2) + 1).mean(dim=1).numpy()
     true = gains[order].mean(axis=1)
     assert np.corrcoef(np.log(learned), np.log(true))[0, 1] > 0.8
+
+
+def test_pose_refinement_waits_for_its_start() -> None:
+    model, camera = scene_and_camera()
+    corrections = ViewCorrections({"type": "none"}, {"type": "se3", "start": 0.5}, 2, torch.device("cpu"),
+                                  build_renderer({"type": "cpu"}, torch.device("cpu")), max_steps=10)
+    renderer = build_renderer({"type": "cpu"}, torch.device("cpu"))
+    batch = {"camera": [camera], "image_id": torch.tensor([1])}
+    moved = []
+    for step in range(1, 9):
+        renderer.render(model, corrections.cameras(batch), 0, torch.ones(3)).rgb.mean().backward()
+        corrections.step(step)
+        moved.append(float(corrections.pose.delta.detach().abs().max()))
+    assert moved[:4] == [0.0] * 4 and all(m > 0 for m in moved[4:])  # steps 1-4 wait, 5-8 learn
+    with pytest.raises(ConfigError, match="start is 1.0"):
+        SE3PoseRefinement(n_views=2, start=1.0)

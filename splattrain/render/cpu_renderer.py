@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Callable, List, Optional
+from dataclasses import replace
+from typing import Callable, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -13,6 +14,8 @@ from ..model.gaussians import GaussianModel
 from ..registry import RENDERERS
 from .base import Renderer, RenderResult
 from .cpu import BuildError, composite, load_library, project, sh_colors
+from .pose_grad import merge_results, moved_gaussians
+from .projection import Projection
 
 Message = Optional[Callable[[str], None]]
 
@@ -21,17 +24,43 @@ Message = Optional[Callable[[str], None]]
 class CpuRenderer(Renderer):
     """Compiled C++ rasterizer for the CPU, all cores (built on first use; needs a C++ compiler)."""
 
+    supports_pose_grad = True  # through the Gaussians: see render/pose_grad.py
+
     def render(
         self, model: GaussianModel, cameras: List[Camera], sh_degree: int, background: Tensor, depth: bool = True
     ) -> RenderResult:
         viewmats, Ks, width, height = stack_cameras(cameras)
-        C = viewmats.shape[0]
-        features = sh_colors(model.means, model.params["sh0"], model.params["shN"], viewmats, sh_degree)
+        if not viewmats.requires_grad:
+            proj, features = self._project(model, model.means, model.quats, viewmats, Ks, width, height, sh_degree)
+            return self._composite(proj, features, width, height, background, depth)
+        # Learned camera poses: each camera sees the Gaussians moved by its (zero-valued) motion.
+        projected = []
+        for k in range(viewmats.shape[0]):
+            means, quats, colour_means = moved_gaussians(model.means, model.quats, viewmats[k])
+            projected.append(self._project(model, means, quats, viewmats[k:k + 1].detach(), Ks[k:k + 1], width, height,
+                                           sh_degree, colour_means))
+        # One [C,N,2] means2d on the path to the images, so densification reads its gradient.
+        means2d = torch.cat([proj.means2d for proj, _ in projected])
+        results = [self._composite(replace(proj, means2d=means2d[k:k + 1]), features, width, height, background, depth)
+                   for k, (proj, features) in enumerate(projected)]
+        merged = merge_results(results)
+        merged.info["means2d"] = means2d
+        return merged
+
+    def _project(self, model: GaussianModel, means: Tensor, quats: Tensor, viewmats: Tensor, Ks: Tensor, width: int,
+                 height: int, sh_degree: int, colour_means: Optional[Tensor] = None) -> Tuple[Projection, Tensor]:
+        features = sh_colors(means if colour_means is None else colour_means, model.params["sh0"], model.params["shN"],
+                             viewmats, sh_degree)
         proj = project(
-            model.means, model.quats, model.scales, model.opacities, viewmats, Ks, width, height,
+            means, quats, model.scales, model.opacities, viewmats, Ks, width, height,
             near_plane=self.near_plane, far_plane=self.far_plane, eps2d=self.eps2d,
             antialiased=self.rasterize_mode == "antialiased",
         )
+        return proj, features
+
+    def _composite(self, proj: Projection, features: Tensor, width: int, height: int, background: Tensor,
+                   depth: bool) -> RenderResult:
+        C = proj.means2d.shape[0]
         backgrounds = background.expand(C, 3)
         if depth:  # depth as a 4th channel
             features = torch.cat([features, proj.depths[..., None]], dim=-1)

@@ -21,11 +21,12 @@ class AffineAppearance(ViewCorrection):
         weight_decay: pulls A - I and b towards zero (unused by 3DGS).
         clamp: clip the result to [0, 1] as a camera does, so saturated pixels (a bright exposure
             of a white wall) ask nothing of the scene.
+        start: fraction of the run before the colours are corrected.
     """
 
     def __init__(self, n_views: int, lr: float = 1e-2, lr_final: float = 1e-3, weight_decay: float = 0.0,
-                 clamp: bool = True) -> None:
-        super().__init__(n_views, lr, lr_final, weight_decay)
+                 clamp: bool = True, start: float = 0.0) -> None:
+        super().__init__(n_views, lr, lr_final, weight_decay, start)
         self.clamp = clamp
         self.delta = torch.nn.Parameter(torch.zeros(n_views, 3, 4))  # [A - I | b]
 

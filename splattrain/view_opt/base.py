@@ -15,13 +15,22 @@ class ViewCorrection(torch.nn.Module):
     ``n_views`` (training views, indexed like ``batch["image_id"]``) added. Zero-initialised
     so that training starts from the data as given. The trainer steps :meth:`make_optimizer`'s
     optimizer after the Gaussians' and decays its learning rate to ``lr_final`` at the last step.
-    Test views get no correction.
+    Until ``start`` (a fraction of the run's steps) the correction is not updated: the scene
+    takes shape from the data as given first. Test views get no correction.
     """
 
-    def __init__(self, n_views: int, lr: float, lr_final: float, weight_decay: float = 0.0) -> None:
+    def __init__(self, n_views: int, lr: float, lr_final: float, weight_decay: float = 0.0, start: float = 0.0) -> None:
         super().__init__()
+        if not 0.0 <= start < 1.0:
+            from ..errors import ConfigError
+
+            raise ConfigError(f"{type(self).__name__} start is {start}: use a fraction of the run in [0, 1)")
         self.n_views = n_views
-        self.lr, self.lr_final, self.weight_decay = lr, lr_final, weight_decay
+        self.lr, self.lr_final, self.weight_decay, self.start = lr, lr_final, weight_decay, start
+
+    def active(self, step: int, max_steps: int) -> bool:
+        """Whether step ``step`` updates the correction (it has reached ``start``)."""
+        return step >= self.start * max_steps
 
     def make_optimizer(self) -> torch.optim.Optimizer:
         """Adam over this module's parameters at ``lr`` with ``weight_decay`` (L2 towards zero)."""

@@ -50,7 +50,7 @@ class ViewCorrections:
         if self.pose is not None and renderer is not None and not getattr(renderer, "supports_pose_grad", False):
             raise ConfigError(
                 f"pose_opt needs a renderer that differentiates through camera poses; {type(renderer).__name__} "
-                "does not (set renderer.type torch, or gsplat on a GPU)"
+                "does not (the built-in cpu, torch and gsplat renderers do)"
             )
         self.max_steps = max_steps
         self.modules: Dict[str, ViewCorrection] = {
@@ -78,7 +78,7 @@ class ViewCorrections:
     def step(self, step: int, update: bool = True) -> None:
         """Apply this step's gradients (unless ``update`` is False), clear them, set next step's rates."""
         for name, optimizer in self.optimizers.items():
-            if update:
+            if update and self.modules[name].active(step, self.max_steps):
                 optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             for group in optimizer.param_groups:

@@ -31,15 +31,18 @@ class SE3PoseRefinement(ViewCorrection):
     """``viewmat_i' = [R(w_i) | t_i] @ viewmat_i``: a rotation ``w_i`` (axis-angle, radians) and a
     translation ``t_i`` (scene units) in the camera frame of training view ``i``, starting at zero.
 
-    Needs a renderer that differentiates through the camera pose (torch, gsplat).
+    Needs a renderer that passes gradients to the camera poses (cpu, torch, gsplat).
 
     Args:
         lr, lr_final: Adam learning rate, decayed exponentially to ``lr_final`` at the last step.
         weight_decay: pulls every correction towards zero (gsplat's pose_opt_reg).
+        start: fraction of the run before the poses move (on a random start, poses learned
+            before the scene has a shape wander off).
     """
 
-    def __init__(self, n_views: int, lr: float = 1e-3, lr_final: float = 1e-5, weight_decay: float = 1e-6) -> None:
-        super().__init__(n_views, lr, lr_final, weight_decay)
+    def __init__(self, n_views: int, lr: float = 1e-3, lr_final: float = 1e-5, weight_decay: float = 1e-6,
+                 start: float = 0.1) -> None:
+        super().__init__(n_views, lr, lr_final, weight_decay, start)
         self.delta = torch.nn.Parameter(torch.zeros(n_views, 6))  # [w | t]
 
     def transforms(self, view_ids: Tensor) -> Tensor:
