@@ -16,6 +16,7 @@ from conftest import DEMO
 from splattrain.checkpoint import load_checkpoint_file
 
 #: Densification every 10 steps from step 10 and an opacity reset at step 30: both happen in 36 steps.
+#: Per-view appearance and poses are learned too (their gradients are averaged like the Gaussians').
 SCENE = """
 name: tiny
 output_dir: {out}
@@ -36,6 +37,11 @@ strategy:
   refine_start_iter: 10
   refine_every: 10
   reset_every: 30
+appearance:
+  type: affine
+pose_opt:
+  type: se3
+  start: 0.0
 metrics:
   lpips: false
 writers:
@@ -93,3 +99,9 @@ def gaussian_counts(run_dir: Path) -> Dict[int, int]:
 
 def gaussians(checkpoint: Path) -> Dict[str, torch.Tensor]:
     return load_checkpoint_file(checkpoint)["gaussians"]
+
+
+def view_corrections(checkpoint: Path) -> Dict[str, torch.Tensor]:
+    """The learned per-view appearance and pose parameters, by name."""
+    state = load_checkpoint_file(checkpoint)["view_opt"]
+    return {f"{name}.{key}": value for name, part in state.items() for key, value in part["module"].items()}

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dist_launch import environment, gaussian_counts, gaussians, run_torchrun, torchrun_command, write_config
+from dist_launch import (environment, gaussian_counts, gaussians, run_torchrun, torchrun_command, view_corrections,
+                         write_config)
 from splattrain.config import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer
@@ -59,6 +60,9 @@ def test_two_ranks_match_one_rank_with_the_same_global_batch(runs):
     assert len(counts) == 36 and counts == gaussian_counts(one)
     assert counts[36] != 300  # densification happened
     _assert_close(gaussians(two / "ckpt" / "step_000036.pt"), gaussians(one / "ckpt" / "step_000036.pt"))
+    corrections = [view_corrections(run / "ckpt" / "step_000036.pt") for run in (two, one)]
+    assert all(float(v.abs().max()) > 0 for v in corrections[1].values())  # appearance and poses were learned
+    _assert_close(*corrections)
     # only rank 0 wrote, the same files as a single process
     assert sorted(p.name for p in two.iterdir()) == sorted(p.name for p in one.iterdir())
     # the ranks scored half the test views each; rank 0 gathered them in view order
