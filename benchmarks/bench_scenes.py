@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
@@ -36,6 +37,9 @@ def scene_type(path: Path) -> str:
     return find_scene(DataConfig(path=str(path)), None)[0]
 
 
+RUNS = REPO / "outputs" / "bench_scenes" / time.strftime("%Y%m%d-%H%M%S")  # one folder per invocation
+
+
 def train_scene(path: Path, steps: int, preset: str = "auto", overrides: Sequence[str] = (),
                 name: str = "") -> Dict[str, Any]:
     """Train one scene; returns the table row's values and the trainer."""
@@ -44,7 +48,7 @@ def train_scene(path: Path, steps: int, preset: str = "auto", overrides: Sequenc
         preset = "blender" if kind == "blender" else "colmap"
     name = name or path.name
     cfg = load_config(REPO / "configs" / f"{preset}.yaml", [
-        f"data.path={path}", f"trainer.max_steps={steps}", f"output_dir={REPO / 'outputs' / 'bench_scenes' / name}",
+        f"data.path={path}", f"trainer.max_steps={steps}", f"output_dir={RUNS / name}",
         f"name={name}", *QUIET, *overrides,
     ])
     trainer = DefaultTrainer(cfg, console=Console(quiet=True))

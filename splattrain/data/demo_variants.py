@@ -128,3 +128,25 @@ def write_colmap_project(root: Path, *, size: int = 48, n_views: int = 16) -> Pa
     distorted = ColmapCamera(1, "SIMPLE_RADIAL", size, size, (focal, size / 2, size / 2, 0.02))
     write_model(root / "sparse" / "0", [distorted], images, no_points, no_colors)
     return scene
+
+
+def main(argv: List[str] | None = None) -> None:
+    """``python -m splattrain.data.demo_variants OUT [--seed S] [--size N]``: writes OUT/exposure,
+    OUT/pose and OUT/colmap_project (train them with ``benchmarks/bench_scenes.py``)."""
+    import argparse
+
+    from ..console import Console
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--size", type=int, default=128)
+    args = parser.parse_args(argv)
+    write_exposure_variant(args.out_dir / "exposure", args.seed, size=args.size)
+    write_pose_jitter_variant(args.out_dir / "pose", args.seed, size=args.size)
+    write_colmap_project(args.out_dir / "colmap_project", size=args.size)
+    Console().info(f"wrote exposure/, pose/ and colmap_project/ to {args.out_dir}")
+
+
+if __name__ == "__main__":
+    main()
