@@ -7,7 +7,7 @@ all-reduces, and waiting in them for the slower rank), and the bytes all-reduced
 against the Gaussian count. The two-rank run is started with torchrun on 127.0.0.1 (gloo).
 
     python benchmarks/bench_distributed.py
-    python benchmarks/bench_distributed.py --steps 600 --views 2
+    python benchmarks/bench_distributed.py --steps 300 --views 4   (a shorter run, 4 views per step)
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def train(steps: int, views_per_rank: int, threads: int, out: str) -> Dict[str, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--views", type=int, default=2, help="views per step over all ranks (even)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)

@@ -105,20 +105,24 @@ class DistContext:
             dist.destroy_process_group()
 
     # -- training step -----------------------------------------------------------------
-    def sync_gradients(self, optimizers: Mapping[str, torch.optim.Optimizer],
-                       losses: Dict[str, Tensor]) -> Dict[str, Tensor]:
+    def sync_gradients(self, optimizers: Mapping[str, torch.optim.Optimizer], losses: Dict[str, Tensor],
+                       sh_degree: Optional[int] = None) -> Dict[str, Tensor]:
         """Average every optimised parameter's gradient and the step's loss terms over the ranks
-        (one flattened all-reduce per bucket); returns the averaged, detached loss terms."""
+        (one flattened all-reduce per bucket); returns the averaged, detached loss terms.
+
+        With ``sh_degree``, only the bands of ``shN`` that degree uses are sent: the others'
+        gradients are zero on every rank (the degree follows the step), so leaving them out is exact.
+        """
         if not self.enabled:
             return losses
         started = time.perf_counter()
-        grads = [p.grad for opt in optimizers.values() for group in opt.param_groups for p in group["params"]
-                 if p.grad is not None]
+        grads = [active_part(name, p.grad, sh_degree) for name, opt in optimizers.items()
+                 for group in opt.param_groups for p in group["params"] if p.grad is not None]
         if any(g.is_sparse for g in grads):
             raise ConfigError("sparse gradients (renderer.sparse_grad) cannot be averaged across ranks; turn them off")
         names = list(losses)
         values = torch.stack([losses[k].detach().float().reshape(()) for k in names]).to(self.device)
-        self.bytes_reduced += all_reduce_flat([*grads, values], scale=1.0 / self.world_size)
+        self.bytes_reduced += all_reduce_flat([*(g for g in grads if g.numel()), values], scale=1.0 / self.world_size)
         self.comm_seconds += time.perf_counter() - started
         return {k: values[i] for i, k in enumerate(names)}
 
@@ -188,6 +192,13 @@ class RankConsole(Console):
 
     def warning(self, message: str, once: Optional[str] = None) -> None:
         super().warning(f"[rank {self.rank}] {message}", once=once)
+
+
+def active_part(name: str, grad: Tensor, sh_degree: Optional[int]) -> Tensor:
+    """The part of parameter ``name``'s gradient a step at ``sh_degree`` can make non-zero (a view)."""
+    if name != "shN" or sh_degree is None or grad.is_sparse or grad.dim() != 3:
+        return grad
+    return grad[:, :(sh_degree + 1) ** 2 - 1]
 
 
 def shard(items: Iterable[Any], ctx: DistContext) -> Iterable[tuple[int, Any]]:

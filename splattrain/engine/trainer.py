@@ -221,7 +221,7 @@ class DefaultTrainer:
             infos.append(render.info)
             terms.append(losses)
         synced = {**self.optimizers, **{f"view_opt/{k}": v for k, v in self.view_opt.optimizers.items()}}
-        losses = self.dist.sync_gradients(synced, mean_losses(terms))  # mean over ranks
+        losses = self.dist.sync_gradients(synced, mean_losses(terms), sh_degree)  # mean over ranks
         outputs = {"render": render, "losses": losses, "sh_degree": sh_degree, "batch": batch}
         self.call_hook("after_backward", step, outputs)
         agree_on_step(self, outputs)
