@@ -145,3 +145,35 @@ def test_sigterm_to_one_rank_stops_every_rank_with_a_checkpoint(runs):
     # a reset within the two steps would be refused as too late: the resumed run has none
     resumed = _single(config, run_dir, resume="latest", extra=[f"trainer.max_steps={step + 2}", "strategy.reset_every=1000"])
     assert resumed.step == step + 2
+
+
+FAILING_HOOK = '''
+from splattrain import HOOKS, Hook
+
+
+@HOOKS.register()
+class FailOnRankOne(Hook):
+    def after_train_iter(self, trainer, step, batch, outputs):
+        if trainer.rank == 1 and step == 4:
+            raise ValueError("a bug in a hook on rank one")
+'''
+
+
+@pytest.mark.slow
+def test_a_failure_on_another_rank_stops_rank_zero_with_one_line_and_a_rescue(runs, tmp_path):
+    folder, config, _ = runs
+    (tmp_path / "failing_hook.py").write_text(FAILING_HOOK)
+    failing = tmp_path / "cfg.yaml"
+    failing.write_text(config.read_text() + "imports: [failing_hook]\ncustom_hooks:\n  - type: FailOnRankOne\n")
+    run_dir = tmp_path / "run"
+    result = subprocess.run(torchrun_command(failing, [f"output_dir={run_dir}"]), env=environment(),
+                            capture_output=True, text=True, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "[rank1]: ValueError: a bug in a hook on rank one" in output  # the failing rank says why
+    stopped = [line for line in output.splitlines() if "rank 0 stopped: another rank of the run failed" in line]
+    assert len(stopped) == 1 and "[rank0]: Traceback" not in output, output[-3000:]
+    rescue = run_dir / "ckpt" / "rescue_step_000004.pt"
+    assert rescue.exists(), output[-3000:]
+    resumed = _single(config, run_dir, resume=rescue, extra=["trainer.max_steps=6"])
+    assert resumed.step == 6

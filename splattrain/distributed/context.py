@@ -14,7 +14,7 @@ from torch import Tensor
 
 from ..console import Console
 from ..errors import ConfigError
-from .sync import all_reduce_flat
+from .sync import all_reduce_flat, peers_alive
 
 _BACKENDS = ("auto", "gloo", "nccl")
 
@@ -122,7 +122,9 @@ class DistContext:
             raise ConfigError("sparse gradients (renderer.sparse_grad) cannot be averaged across ranks; turn them off")
         names = list(losses)
         values = torch.stack([losses[k].detach().float().reshape(()) for k in names]).to(self.device)
-        self.bytes_reduced += all_reduce_flat([*(g for g in grads if g.numel()), values], scale=1.0 / self.world_size)
+        with peers_alive(self.rank):
+            self.bytes_reduced += all_reduce_flat([*(g for g in grads if g.numel()), values],
+                                                  scale=1.0 / self.world_size)
         self.comm_seconds += time.perf_counter() - started
         return {k: values[i] for i, k in enumerate(names)}
 
@@ -131,7 +133,8 @@ class DistContext:
         if not self.enabled:
             return list(flags)
         values = torch.tensor(list(flags), dtype=torch.int64, device=self.device)
-        dist.all_reduce(values, op=dist.ReduceOp.MAX)
+        with peers_alive(self.rank):
+            dist.all_reduce(values, op=dist.ReduceOp.MAX)
         return [int(v) for v in values.tolist()]
 
     # -- strategy statistics ----------------------------------------------------------------
@@ -143,7 +146,8 @@ class DistContext:
         for mode, op in (("sum", dist.ReduceOp.SUM), ("max", dist.ReduceOp.MAX)):
             tensors = [state[k] for k, m in modes.items() if m == mode and isinstance(state.get(k), Tensor)]
             if tensors:
-                self.bytes_reduced += all_reduce_flat(tensors, op=op)
+                with peers_alive(self.rank):
+                    self.bytes_reduced += all_reduce_flat(tensors, op=op)
         self.comm_seconds += time.perf_counter() - started
 
     def release_statistics(self, state: Dict[str, Any], modes: Mapping[str, str]) -> None:
@@ -165,7 +169,8 @@ class DistContext:
         if not self.enabled:
             return [scores for _, scores in sorted(items, key=lambda item: item[0])]
         gathered: List[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, items)
+        with peers_alive(self.rank):
+            dist.all_gather_object(gathered, items)
         merged = [item for part in gathered for item in part]
         return [scores for _, scores in sorted(merged, key=lambda item: item[0])]
 
@@ -175,7 +180,8 @@ class DistContext:
             return [checksums]
         local = checksums.to(self.device)  # NCCL gathers device tensors only
         out = [torch.empty_like(local) for _ in range(self.world_size)]
-        dist.all_gather(out, local)
+        with peers_alive(self.rank):
+            dist.all_gather(out, local)
         return [t.cpu() for t in out]
 
 

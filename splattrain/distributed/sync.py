@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Iterable, List, Sequence
+from contextlib import contextmanager
+from typing import Iterable, Iterator, List, Sequence
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from ..errors import StoppedByPeer
+
 #: Gradients are all-reduced in buckets of at most this many bytes (DDP's default size).
 BUCKET_BYTES = 25 * 2**20
+
+
+@contextmanager
+def peers_alive(rank: int) -> Iterator[None]:
+    """Turn a collective's failure (a peer closed its connection, or timed out) into :class:`StoppedByPeer`."""
+    try:
+        yield
+    except RuntimeError as error:
+        reason = str(error).split("] ", 1)[-1].split(". ")[0].strip()
+        raise StoppedByPeer(f"rank {rank} stopped: another rank of the run failed or was stopped ({reason})") from None
 
 
 def buckets(tensors: Sequence[Tensor], max_bytes: int = BUCKET_BYTES) -> List[List[Tensor]]:
