@@ -199,3 +199,13 @@ def test_a_strategy_without_a_cap_is_refused(tmp_path):
     trainer = DefaultTrainer(load_config(cfg), console=Console(quiet=True))
     with pytest.raises(ConfigError, match="strategy NoCap has none"):
         trainer.train()
+
+
+def test_every_rank_decides_from_the_largest_peak_of_all_ranks(tmp_path, monkeypatch):
+    """On several ranks the hook fits its model to the ranks' largest figures (one MAX all-reduce),
+    so every replica caps and prunes alike; here another rank peaks 7 MB higher at every sample."""
+    from splattrain.distributed.context import DistContext
+
+    monkeypatch.setattr(DistContext, "max_over_ranks", lambda self, values: [values[0] + 7 * MB, values[1]])
+    _, hook, _ = run(tmp_path, "ranks", 100.0)
+    assert math.isclose(hook.predicted(0), BASE + 7 * MB) and math.isclose(hook.per_gaussian, PER_GAUSSIAN)

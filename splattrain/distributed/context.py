@@ -137,6 +137,15 @@ class DistContext:
             dist.all_reduce(values, op=dist.ReduceOp.MAX)
         return [int(v) for v in values.tolist()]
 
+    def max_over_ranks(self, values: Sequence[float]) -> List[float]:
+        """The largest value of each of ``values`` over the ranks (for decisions every rank must share)."""
+        if not self.enabled:
+            return [float(v) for v in values]
+        tensor = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self.device)
+        with peers_alive(self.rank):
+            dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return tensor.tolist()
+
     # -- strategy statistics ----------------------------------------------------------------
     def reduce_statistics(self, state: Dict[str, Any], modes: Mapping[str, str]) -> None:
         """Combine the state entries ``modes`` names (``"sum"`` or ``"max"``) across ranks in place."""

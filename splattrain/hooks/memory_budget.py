@@ -154,9 +154,11 @@ class MemoryBudgetHook(Hook):
     def after_backward(self, trainer, step: int, outputs: Dict[str, Any]) -> None:
         """Sample, fit at the end of the warm-up, and bound the densification about to run."""
         count = trainer.model.num_gaussians
-        pixels = int(outputs["render"].rgb[..., 0].numel())
+        # on several ranks every rank decides from the largest figures of all ranks, so all cap alike
+        measured, pixels = trainer.dist.max_over_ranks([self._peak(trainer), outputs["render"].rgb[..., 0].numel()])
+        pixels = int(pixels)
         self.pixels = max(self.pixels, pixels)
-        measured = self.last_peak = self._peak(trainer)
+        self.last_peak = measured
         self.run_peak = max(self.run_peak, measured)
         if self.cap is None:
             self.samples.append((count, pixels, measured))
