@@ -34,11 +34,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_rasterizer import median_ms  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
 
 from splattrain.adam import GaussianAdam, step_adam  # noqa: E402
 from splattrain.cameras import Camera, stack_cameras  # noqa: E402
-from splattrain.config.schema import StrategyConfig  # noqa: E402
 from splattrain.losses import photometric_loss  # noqa: E402
 from splattrain.model.gaussians import GaussianModel  # noqa: E402
 from splattrain.registry import RENDERERS  # noqa: E402
@@ -121,7 +119,7 @@ def stage_timers(model: GaussianModel, cam: Camera, target: torch.Tensor) -> Tup
     library = build.load_library()
     optimizers = {name: GaussianAdam([{"params": [p], "lr": 1e-4, "name": name}], eps=1e-15, library=library)
                   for name, p in params.items()}
-    strategy = build_strategy(OmegaConf.structured(StrategyConfig), renderer)
+    strategy = build_strategy({"type": "default"}, renderer)
     state = strategy.initialize_state(scene_scale=1.0)
     last: Dict[str, object] = {}
 

@@ -164,6 +164,26 @@ def test_tile_binning_is_exactly_the_torch_binning():
         assert (ours.tile_width, ours.tile_height) == (ref.tile_width, ref.tile_height)
 
 
+def test_tile_binning_in_parallel_parts_is_exactly_the_torch_binning():
+    """Enough Gaussians for the binning to split its sort and fills into parts on every thread:
+    the lists are still exactly the one-thread (and torch) result, ties in depth included."""
+    gen = torch.Generator().manual_seed(23)
+    n = 40_000  # more than 4 parts of the minimum size
+    means2d = torch.rand(1, n, 2, generator=gen) * torch.tensor([260.0, 200.0]) - 5.0
+    radii = torch.randint(0, 9, (1, n, 2), generator=gen, dtype=torch.int32)
+    depths = torch.randint(1, 200, (1, n), generator=gen).float() * 0.25
+    ref = projection.intersect_tiles(means2d, radii, depths, 250, 190, 16)
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 2, 4):
+            torch.set_num_threads(count)
+            ours = cpu.intersect_tiles(means2d, radii, depths, 250, 190, 16)
+            for key in ("tiles_per_gauss", "isect_ids", "flatten_ids", "isect_offsets"):
+                assert torch.equal(getattr(ours, key), getattr(ref, key)), (count, key)
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("degree", [0, 1, 2, 3, 4])
 def test_sh_colors_match_gsplat_evaluation(degree: int):
     gen = torch.Generator().manual_seed(20 + degree)

@@ -180,7 +180,7 @@ def _declare(handle: ctypes.CDLL) -> None:
         count = getattr(handle, f"splat_bin_count_{suffix}")
         count.argtypes, count.restype = [ptr] * 4 + [i64, i64, *grid, i32, i32, i32, ptr, ptr, ptr], i64
         fill = getattr(handle, f"splat_bin_fill_{suffix}")
-        fill.argtypes, fill.restype = [ptr] * 4 + [i64, i64, *grid, i32, i32, *[ptr] * 6], None
+        fill.argtypes, fill.restype = [ptr] * 4 + [i64, i64, *grid, i32, i32, i32, *[ptr] * 6], None
         forward = getattr(handle, f"splat_forward_{suffix}")
         forward.argtypes, forward.restype = [*scene, ptr, ptr, ptr], None
         backward = getattr(handle, f"splat_backward_{suffix}")

@@ -162,9 +162,14 @@ int64_t bin_count(const S* means2d, const int32_t* radii, const S* conics, const
 // Gaussians are radix-sorted by the float bits of their depth (stable, so ties keep flat-index
 // order) and appended to their tiles in that order: the PyTorch backend's stable sort by
 // (camera, tile, depth) keys, without sorting every tile.
+//
+// Every pass runs on `threads` threads over contiguous parts of the list: each part counts
+// (digits, then intersections per tile) on its own, a prefix over (bucket, part) gives each part
+// its place, and the parts scatter in parallel. Parts keep their order within each bucket, so the
+// result is the same as one thread's, whatever the number of threads.
 template <typename S>
 void bin_fill(const float* depths, const S* means2d, const S* conics, const S* opacities, int64_t n_cams,
-              int64_t n_gauss, int tile_size, int tiles_x, int tiles_y, int width, int height,
+              int64_t n_gauss, int tile_size, int tiles_x, int tiles_y, int width, int height, int threads,
               const int32_t* tiles_per_gauss, const int32_t* rects, const uint64_t* masks, int64_t* isect_ids,
               int32_t* flatten_ids, int32_t* offsets) {
     // Calls visit(tile) for each tile of Gaussian `id` that bin_count counted, row by row.
@@ -192,38 +197,94 @@ void bin_fill(const float* depths, const S* means2d, const S* conics, const S* o
         std::memcpy(&bits, depths + id, sizeof bits);
         return bits;
     };
-    std::vector<int32_t> order, scratch;
-    for (int64_t i = 0; i < n_cams * n_gauss; ++i)
-        if (tiles_per_gauss[i] > 0) order.push_back(static_cast<int32_t>(i));
-    scratch.resize(order.size());
+    const int64_t n = n_cams * n_gauss;
+    constexpr int64_t kMinPart = 8192;  // smaller parts cost more in counters than they save
+    const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(threads, n / kMinPart));
+    auto part_range = [&](int64_t part, int64_t size) {
+        return std::pair<int64_t, int64_t>{size * part / parts, size * (part + 1) / parts};
+    };
+
+    // The visible Gaussians in flat-index order: per-part counts, then a prefix.
+    std::vector<int64_t> kept(parts + 1, 0);
+    parallel_for(parts, threads, [&](int64_t part) {
+        const auto [lo, hi] = part_range(part, n);
+        int64_t count = 0;
+        for (int64_t i = lo; i < hi; ++i) count += tiles_per_gauss[i] > 0;
+        kept[part + 1] = count;
+    });
+    for (int64_t p = 0; p < parts; ++p) kept[p + 1] += kept[p];
+    std::vector<int32_t> order(kept[parts]), scratch(kept[parts]);
+    parallel_for(parts, threads, [&](int64_t part) {
+        const auto [lo, hi] = part_range(part, n);
+        int64_t k = kept[part];
+        for (int64_t i = lo; i < hi; ++i)
+            if (tiles_per_gauss[i] > 0) order[k++] = static_cast<int32_t>(i);
+    });
+
+    // Stable radix sort by depth bits, 11 bits a pass.
     constexpr int kDigitBits = 11;
+    constexpr int64_t kDigits = int64_t{1} << kDigitBits;
+    const int64_t m = static_cast<int64_t>(order.size());
+    std::vector<int64_t> digit_start(parts * kDigits);
     for (int shift = 0; shift < 32; shift += kDigitBits) {
-        std::vector<size_t> start((1 << kDigitBits) + 1, 0);
-        for (int32_t id : order) ++start[((depth_bits(id) >> shift) & ((1 << kDigitBits) - 1)) + 1];
-        for (size_t d = 1; d < start.size(); ++d) start[d] += start[d - 1];
-        for (int32_t id : order) scratch[start[(depth_bits(id) >> shift) & ((1 << kDigitBits) - 1)]++] = id;
+        auto digit = [&](int32_t id) { return (depth_bits(id) >> shift) & (kDigits - 1); };
+        parallel_for(parts, threads, [&](int64_t part) {
+            int64_t* counts = digit_start.data() + part * kDigits;
+            std::fill(counts, counts + kDigits, 0);
+            const auto [lo, hi] = part_range(part, m);
+            for (int64_t k = lo; k < hi; ++k) ++counts[digit(order[k])];
+        });
+        int64_t running = 0;  // bucket-major, part-minor: the parts keep their order in a bucket
+        for (int64_t d = 0; d < kDigits; ++d)
+            for (int64_t p = 0; p < parts; ++p) {
+                const int64_t count = digit_start[p * kDigits + d];
+                digit_start[p * kDigits + d] = running;
+                running += count;
+            }
+        parallel_for(parts, threads, [&](int64_t part) {
+            int64_t* next = digit_start.data() + part * kDigits;
+            const auto [lo, hi] = part_range(part, m);
+            for (int64_t k = lo; k < hi; ++k) scratch[next[digit(order[k])]++] = order[k];
+        });
         order.swap(scratch);
     }
-    std::vector<int64_t> cursor(n_lists + 1, 0);
-    for (int32_t id : order) {
-        const int64_t base = (id / n_gauss) * tiles;
-        for_tiles(id, [&](int64_t tile) { ++cursor[base + tile + 1]; });
-    }
+
+    // Intersections per tile and part, their offsets, then each part's share of every tile.
+    std::vector<int64_t> cursor(parts * n_lists, 0);
+    parallel_for(parts, threads, [&](int64_t part) {
+        int64_t* counts = cursor.data() + part * n_lists;
+        const auto [lo, hi] = part_range(part, m);
+        for (int64_t k = lo; k < hi; ++k) {
+            const int32_t id = order[k];
+            const int64_t base = (id / n_gauss) * tiles;
+            for_tiles(id, [&](int64_t tile) { ++counts[base + tile]; });
+        }
+    });
+    int64_t running = 0;
     for (int64_t t = 0; t < n_lists; ++t) {
-        cursor[t + 1] += cursor[t];
-        offsets[t] = static_cast<int32_t>(cursor[t]);
+        offsets[t] = static_cast<int32_t>(running);
+        for (int64_t p = 0; p < parts; ++p) {
+            const int64_t count = cursor[p * n_lists + t];
+            cursor[p * n_lists + t] = running;
+            running += count;
+        }
     }
     int tile_bits = 0;
     while ((int64_t{1} << tile_bits) <= tiles) ++tile_bits;
-    for (int32_t id : order) {
-        const int64_t cam = id / n_gauss;
-        const int64_t bits = depth_bits(id);
-        for_tiles(id, [&](int64_t tile) {
-            const int64_t k = cursor[cam * tiles + tile]++;
-            flatten_ids[k] = id;
-            isect_ids[k] = (cam << (tile_bits + 32)) | (tile << 32) | bits;
-        });
-    }
+    parallel_for(parts, threads, [&](int64_t part) {
+        int64_t* next = cursor.data() + part * n_lists;
+        const auto [lo, hi] = part_range(part, m);
+        for (int64_t k = lo; k < hi; ++k) {
+            const int32_t id = order[k];
+            const int64_t cam = id / n_gauss;
+            const int64_t bits = depth_bits(id);
+            for_tiles(id, [&](int64_t tile) {
+                const int64_t slot = next[cam * tiles + tile]++;
+                flatten_ids[slot] = id;
+                isect_ids[slot] = (cam << (tile_bits + 32)) | (tile << 32) | bits;
+            });
+        }
+    });
 }
 
 // The shared inputs of the compositing passes.
@@ -572,11 +633,12 @@ void composite_backward(const Scene<S>& s, int threads, const S* trans, const in
     }                                                                                                  \
     extern "C" void splat_bin_fill_##SUFFIX(                                                           \
         const float* depths, const S* means2d, const S* conics, const S* opacities, int64_t n_cams,    \
-        int64_t n_gauss, int tile_size, int tiles_x, int tiles_y, int width, int height,               \
+        int64_t n_gauss, int tile_size, int tiles_x, int tiles_y, int width, int height, int threads,  \
         const int32_t* tiles_per_gauss, const int32_t* rects, const uint64_t* masks,                   \
         int64_t* isect_ids, int32_t* flatten_ids, int32_t* offsets) {                                  \
         bin_fill(depths, means2d, conics, opacities, n_cams, n_gauss, tile_size, tiles_x, tiles_y,     \
-                 width, height, tiles_per_gauss, rects, masks, isect_ids, flatten_ids, offsets);       \
+                 width, height, threads, tiles_per_gauss, rects, masks, isect_ids, flatten_ids,        \
+                 offsets);                                                                             \
     }                                                                                                  \
     extern "C" void splat_forward_##SUFFIX(                                                        \
         const S* means2d, const S* conics, const S* opacities, const S* colors,                    \

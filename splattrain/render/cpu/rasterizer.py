@@ -174,7 +174,7 @@ def intersect_tiles(
     offsets = torch.empty(n_cams, tile_height, tile_width, dtype=torch.int32)
     _fn("bin_fill", means2d.dtype)(
         depths.data_ptr(), *pointers, n_cams, n_gauss, tile_size, tile_width, tile_height, width, height,
-        *_ptrs(tiles_per_gauss, rects, masks, isect_ids, flatten_ids, offsets),
+        torch.get_num_threads(), *_ptrs(tiles_per_gauss, rects, masks, isect_ids, flatten_ids, offsets),
     )
     return TileIntersections(
         tile_size, tile_width, tile_height, tiles_per_gauss, isect_ids, flatten_ids, offsets
