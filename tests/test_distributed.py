@@ -122,6 +122,7 @@ def test_sigterm_to_one_rank_stops_every_rank_with_a_checkpoint(runs):
                                   "default_hooks.checkpoint.interval=0"]),
         env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
+    workers: dict = {}
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and len(gaussian_counts(run_dir) if (run_dir / "scalars.csv").exists() else {}) < 5:
@@ -131,10 +132,12 @@ def test_sigterm_to_one_rank_stops_every_rank_with_a_checkpoint(runs):
         os.kill(workers[1], signal.SIGTERM)
         output = launcher.communicate(timeout=120)[0]
     finally:
-        try:  # the launcher and any rank still running: nothing outlives the test
-            os.killpg(launcher.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        ranks = {*workers.values(), *_children(launcher.pid)}  # nothing outlives the test, a failing one either
+        for kill, pid in [(os.killpg, launcher.pid), *((os.kill, rank) for rank in ranks)]:
+            try:
+                kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         launcher.wait()
     assert launcher.returncode != 0
     saved = sorted((run_dir / "ckpt").glob("step_*.pt"))
