@@ -202,3 +202,57 @@ def test_pose_refinement_waits_for_its_start() -> None:
     assert moved[:4] == [0.0] * 4 and all(m > 0 for m in moved[4:])  # steps 1-4 wait, 5-8 learn
     with pytest.raises(ConfigError, match="start is 1.0"):
         SE3PoseRefinement(n_views=2, start=1.0)
+
+
+def test_bilateral_grid_starts_at_identity_and_learns_what_one_affine_map_cannot() -> None:
+    """A gain that changes across the image (a vignette) and with brightness: one affine map per
+    view cannot follow it, the bilateral grid can."""
+    from splattrain.view_opt import BilateralGridAppearance
+
+    g = torch.Generator().manual_seed(3)
+    rgb = torch.rand(2, 24, 32, 3, generator=g) * 0.6 + 0.2
+    ids = torch.tensor([1, 0])
+    ramp = torch.linspace(0.6, 1.3, 32)[None, None, :, None]
+    target = (rgb * ramp).clamp(0, 1)
+    grid = BilateralGridAppearance(n_views=2, lr=2e-2, lr_final=2e-2, tv_weight=0.0)
+    assert torch.equal(grid.apply(rgb, ids), rgb)  # identity at the start
+    affine = AffineAppearance(n_views=2, lr=2e-2, lr_final=2e-2)
+    errors = {}
+    for module in (grid, affine):
+        optimizer = module.make_optimizer()
+        for _ in range(300):
+            loss = (module.apply(rgb, ids) - target).abs().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        errors[type(module).__name__] = float(loss.detach())
+    assert errors["BilateralGridAppearance"] < 0.01 < 0.5 * errors["AffineAppearance"], errors
+    smooth = BilateralGridAppearance(n_views=2)
+    with torch.no_grad():
+        assert float(smooth.regularization(ids)) == 0.0  # identity everywhere: nothing to smooth
+        smooth.delta[1, 0, 0, 0, 0] = 1.0
+        assert float(smooth.regularization(ids)) > 0 and float(smooth.regularization(torch.tensor([0]))) == 0.0
+
+
+def test_exact_resume_with_the_bilateral_grid(tmp_path: Path) -> None:
+    from splattrain.hooks import Hook
+
+    class Penalties(Hook):
+        def __init__(self) -> None:
+            super().__init__()
+            self.values = []
+
+        def after_backward(self, trainer, step, outputs) -> None:
+            self.values.append(float(outputs["losses"]["view_opt"].detach()))
+
+    probes = []
+    straight, resumed = straight_and_resumed(tmp_path, overrides=["appearance.type=bilateral", "appearance.lr=0.01"],
+                                             hooks=lambda: probes.append(Penalties()) or probes[-1:])
+    assert_same_run(straight, resumed)
+    assert straight.view_opt.state_dict()["appearance"]["module"]["delta"].abs().max() > 0
+    assert_same(straight.view_opt.state_dict(), resumed.view_opt.state_dict(), "view_opt")
+    # the smoothness penalty is in every step's loss (zero on grids not yet moved), and the grids moved
+    assert len(probes[0].values) == 12 and probes[1].values == probes[0].values[6:]
+    grids = straight.view_opt.appearance
+    with torch.no_grad():
+        assert float(grids.regularization(torch.arange(grids.n_views))) > 0

@@ -215,6 +215,10 @@ class DefaultTrainer:
             render.rgb = self.view_opt.colors(render.rgb, chunk)
             render.info["n_cameras"] = len(batch["camera"])  # gradients are of the mean over all the step's views
             losses = self.loss(render, chunk, self.model)
+            penalty = self.view_opt.regularization(chunk)
+            if penalty is not None:
+                losses["view_opt"] = penalty
+                losses["loss"] = losses["loss"] + penalty
             self.strategy.step_pre_backward(self.model.params, self.optimizers, self.strategy_state, step, render.info)
             self.call_hook("before_backward", step, losses)
             (losses["loss"] / len(chunks)).backward()

@@ -2,7 +2,8 @@
 
 from .appearance import AffineAppearance
 from .base import ViewCorrection
+from .bilateral import BilateralGridAppearance
 from .corrections import ViewCorrections
 from .pose import SE3PoseRefinement
 
-__all__ = ["AffineAppearance", "SE3PoseRefinement", "ViewCorrection", "ViewCorrections"]
+__all__ = ["AffineAppearance", "BilateralGridAppearance", "SE3PoseRefinement", "ViewCorrection", "ViewCorrections"]

@@ -3,7 +3,7 @@ own optimizer and learning rate, saved in checkpoints."""
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 
@@ -41,6 +41,11 @@ class ViewCorrection(torch.nn.Module):
         if self.lr_final <= 0 or self.lr_final == self.lr:
             return self.lr
         return self.lr * (self.lr_final / self.lr) ** (min(step, max_steps) / max(1, max_steps))
+
+    def regularization(self, view_ids: torch.Tensor) -> Optional[torch.Tensor]:
+        """A penalty on the corrections of training views ``view_ids`` added to the step's loss
+        (logged as ``loss/view_opt``), or None."""
+        return None
 
     def report(self) -> Dict[str, float]:
         """Summary figures of what was learned (logged and written to results.json)."""

@@ -75,6 +75,11 @@ class ViewCorrections:
             return rgb
         return self.appearance.apply(rgb, batch["image_id"])
 
+    def regularization(self, batch: Mapping[str, Any]) -> Optional[Tensor]:
+        """The modules' penalties on the batch's views, summed (None when none has one)."""
+        terms = [t for t in (m.regularization(batch["image_id"]) for m in self.modules.values()) if t is not None]
+        return sum(terms[1:], terms[0]) if terms else None
+
     def step(self, step: int, update: bool = True) -> None:
         """Apply this step's gradients (unless ``update`` is False), clear them, set next step's rates."""
         for name, optimizer in self.optimizers.items():
