@@ -141,3 +141,20 @@ def test_sigterm_to_one_rank_stops_every_rank_with_a_checkpoint(runs):
     # a reset within the two steps would be refused as too late: the resumed run has none
     resumed = _single(config, run_dir, resume="latest", extra=[f"trainer.max_steps={step + 2}", "strategy.reset_every=1000"])
     assert resumed.step == step + 2
+
+
+@pytest.mark.slow
+def test_per_view_appearance_stays_identical_across_ranks_and_matches_one_rank(runs):
+    """Each rank renders only its own views, yet every rank's per-view appearance parameters take
+    the same averaged step (the check hook compares them bit for bit before the checkpoint), equal
+    to one rank x batch 2's."""
+    folder, config, _ = runs
+    extra = ["trainer.max_steps=12", "appearance.type=affine", "default_hooks.checkpoint.interval=12"]
+    run_torchrun(config, [f"output_dir={folder / 'app_two'}", *extra])
+    single = _single(config, folder / "app_one", extra=extra)
+    two = torch.load(folder / "app_two" / "ckpt" / "step_000012.pt", weights_only=True)["view_opt"]["appearance"]["module"]
+    one = single.view_opt.state_dict()["appearance"]["module"]
+    assert one.keys() == two.keys()
+    for key in one:
+        assert float(one[key].abs().max()) > 0, key  # the corrections start at zero and were learned
+        torch.testing.assert_close(two[key], one[key], atol=1e-4, rtol=0, msg=key)

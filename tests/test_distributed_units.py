@@ -93,15 +93,17 @@ def _gradients_and_losses(ctx):
     param = torch.nn.Parameter(torch.zeros(3, 2))
     param.grad = torch.full((3, 2), float(ctx.rank + 1))
     optimizer = torch.optim.Adam([param])
+    ctx.pending_signal = 0 if ctx.rank == 0 else 15  # SIGTERM on rank 1 only: it rides in the bucket
     losses = ctx.sync_gradients({"p": optimizer}, {"loss": torch.tensor(2.0 * ctx.rank)})
-    skip, signum = ctx.any_rank([ctx.rank, 0 if ctx.rank == 0 else 15])
+    signum = ctx.agreed_signal
+    skip, = ctx.any_rank([ctx.rank])
     return param.grad.tolist(), float(losses["loss"]), skip, signum, ctx.bytes_reduced
 
 
 def test_gradients_and_losses_are_averaged_and_flags_agreed(two_ranks):
     for grads, loss, skip, signum, sent in two_ranks["gradients"]:
         assert grads == [[1.5, 1.5]] * 3 and loss == 1.0 and (skip, signum) == (1, 15)
-        assert sent == 7 * 4  # six gradient values and one loss term, in one bucket
+        assert sent == 9 * 4  # six gradient values, one loss term and a signal slot per rank, in one bucket
 
 
 def _statistics(ctx):

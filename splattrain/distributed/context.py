@@ -51,7 +51,12 @@ class DistContext:
     threads: int = 0
     bytes_reduced: int = 0
     comm_seconds: float = 0.0
+    #: seconds per part of the communication: ``pack``/``all_reduce``/``unpack`` (gradient bucket),
+    #: ``flags`` (the per-step agreement), ``statistics`` (strategy statistics)
+    comm_breakdown: Dict[str, float] = field(default_factory=dict)
     pending_signal: int = 0  # a stop signal this rank received, for the next agreement
+    agreed_signal: int = 0  # the largest signal any rank had pending at the last gradient exchange
+    statistics_synced: bool = False  # the statistics hold the totals over the ranks (until released)
     signals_routed: bool = False
 
     @property
@@ -117,8 +122,16 @@ class DistContext:
         if any(g.is_sparse for g in grads):
             raise ConfigError("sparse gradients (renderer.sparse_grad) cannot be averaged across ranks; turn them off")
         names = list(losses)
-        values = torch.stack([losses[k].detach().float().reshape(()) for k in names]).to(self.device)
-        self.bytes_reduced += all_reduce_flat([*grads, values], scale=1.0 / self.world_size)
+        # the loss terms, then one slot per rank for the stop signal it has pending: everything the
+        # step agrees on travels in the gradient bucket (one collective per step)
+        signals = torch.zeros(self.world_size, device=self.device)
+        signals[self.rank] = float(self.pending_signal)
+        self.pending_signal = 0
+        values = torch.cat([torch.stack([losses[k].detach().float().reshape(()) for k in names]).to(self.device),
+                            signals])
+        self.bytes_reduced += all_reduce_flat([*grads, values], scale=1.0 / self.world_size,
+                                              timings=self.comm_breakdown)
+        self.agreed_signal = int(round(float(values[len(names):].max()) * self.world_size))
         self.comm_seconds += time.perf_counter() - started
         return {k: values[i] for i, k in enumerate(names)}
 
@@ -126,9 +139,28 @@ class DistContext:
         """The largest value of each flag over the ranks (a step skipped or a signal on any rank)."""
         if not self.enabled:
             return list(flags)
+        started = time.perf_counter()
         values = torch.tensor(list(flags), dtype=torch.int64, device=self.device)
         dist.all_reduce(values, op=dist.ReduceOp.MAX)
-        return [int(v) for v in values.tolist()]
+        out = [int(v) for v in values.tolist()]
+        self._count("flags", started)
+        return out
+
+    def max_over_ranks(self, values: Sequence[float]) -> List[float]:
+        """The largest of each value over the ranks (e.g. memory readings every rank must act on alike)."""
+        if not self.enabled:
+            return list(values)
+        started = time.perf_counter()
+        tensor = torch.tensor(list(values), dtype=torch.float64, device=self.device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        out = [float(v) for v in tensor.tolist()]
+        self._count("agreement", started)
+        return out
+
+    def _count(self, part: str, started: float) -> None:
+        seconds = time.perf_counter() - started
+        self.comm_seconds += seconds
+        self.comm_breakdown[part] = self.comm_breakdown.get(part, 0.0) + seconds
 
     # -- strategy statistics ----------------------------------------------------------------
     def reduce_statistics(self, state: Dict[str, Any], modes: Mapping[str, str]) -> None:
@@ -140,12 +172,15 @@ class DistContext:
             tensors = [state[k] for k, m in modes.items() if m == mode and isinstance(state.get(k), Tensor)]
             if tensors:
                 self.bytes_reduced += all_reduce_flat(tensors, op=op)
-        self.comm_seconds += time.perf_counter() - started
+        self.statistics_synced = True
+        self._count("statistics", started)
 
     def release_statistics(self, state: Dict[str, Any], modes: Mapping[str, str]) -> None:
-        """After refinement: ranks other than 0 zero their summed entries, so that the sum over
-        the ranks stays the run's total (held by rank 0, and by its checkpoints)."""
-        if not self.enabled or self.is_main:
+        """After the statistics were combined (or restored): ranks other than 0 zero their summed
+        entries, so that the sum over the ranks stays the run's total (held by rank 0, and by its
+        checkpoints). Between combinations each rank keeps accumulating its own views."""
+        synced, self.statistics_synced = self.statistics_synced, False
+        if not self.enabled or self.is_main or not synced:
             return
         for key, mode in modes.items():
             if mode == "sum" and isinstance(state.get(key), Tensor):

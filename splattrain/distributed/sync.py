@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Iterable, List, Sequence
+import time
+from typing import Dict, Iterable, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -30,18 +31,26 @@ def buckets(tensors: Sequence[Tensor], max_bytes: int = BUCKET_BYTES) -> List[Li
 
 
 def all_reduce_flat(tensors: Sequence[Tensor], op: dist.ReduceOp = dist.ReduceOp.SUM, scale: float = 1.0,
-                    max_bytes: int = BUCKET_BYTES) -> int:
+                    max_bytes: int = BUCKET_BYTES, timings: Optional[Dict[str, float]] = None) -> int:
     """All-reduce ``tensors`` in place, flattened into buckets, then multiply by ``scale``;
-    returns the bytes sent per rank (the sum of the buckets' sizes)."""
+    returns the bytes sent per rank (the sum of the buckets' sizes). ``timings`` (optional) adds
+    the seconds spent packing (``pack``), in the collective (``all_reduce``) and unpacking (``unpack``)."""
     sent = 0
+    clock = time.perf_counter
     for bucket in buckets(tensors, max_bytes):
+        t0 = clock()
         flat = torch.cat([t.reshape(-1) for t in bucket])
+        t1 = clock()
         dist.all_reduce(flat, op=op)
+        t2 = clock()
         if scale != 1.0:
             flat.mul_(scale)
         sent += flat.numel() * flat.element_size()
         for tensor, part in zip(bucket, torch.split(flat, [t.numel() for t in bucket])):
             tensor.copy_(part.view_as(tensor))
+        if timings is not None:
+            for key, seconds in (("pack", t1 - t0), ("all_reduce", t2 - t1), ("unpack", clock() - t2)):
+                timings[key] = timings.get(key, 0.0) + seconds
     return sent
 
 

@@ -220,7 +220,8 @@ class DefaultTrainer:
             (losses["loss"] / len(chunks)).backward()
             infos.append(render.info)
             terms.append(losses)
-        losses = self.dist.sync_gradients(self.optimizers, mean_losses(terms))  # mean over ranks
+        synced = {**self.optimizers, **{f"view_opt.{k}": v for k, v in self.view_opt.optimizers.items()}}
+        losses = self.dist.sync_gradients(synced, mean_losses(terms))  # mean over ranks
         outputs = {"render": render, "losses": losses, "sh_degree": sh_degree, "batch": batch}
         self.call_hook("after_backward", step, outputs)
         agree_on_step(self, outputs)
@@ -286,7 +287,8 @@ class DefaultTrainer:
         ``checkpointing.read_checkpoint`` returned) and continue from its step; refuses one whose
         scene or model settings differ from this config."""
         checkpoint = checkpointing.restore_checkpoint(self, source)
-        self.strategy.release_statistics(self.strategy_state)  # rank 0 holds the totals
+        self.dist.statistics_synced = True  # the restored statistics are totals: rank 0 keeps them
+        self.strategy.release_statistics(self.strategy_state)
         self.call_hook("after_load_checkpoint", checkpoint)
         return checkpoint
 

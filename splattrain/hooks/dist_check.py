@@ -55,6 +55,10 @@ class DistributedCheckHook(Hook):
     def before_save_checkpoint(self, trainer, checkpoint: Dict[str, Any]) -> None:
         if not self._failed:  # a rescue checkpoint is written by rank 0 alone: no collective then
             self.check(trainer, f"before the checkpoint of step {trainer.step}")
+            # the ranks accumulate strategy statistics locally between refinements: the checkpoint
+            # holds their totals (rank 0's copy), whatever world size resumes it
+            trainer.strategy.sync_statistics(trainer.strategy_state)
+            trainer.strategy.release_statistics(trainer.strategy_state)
 
     def on_exception(self, trainer, error: BaseException) -> None:
         self._failed = True
@@ -63,8 +67,12 @@ class DistributedCheckHook(Hook):
         """Raise :class:`ReplicaDivergenceError` when any rank's parameters differ from rank 0's."""
         if not trainer.dist.enabled:
             return
-        names = list(trainer.model.params)
-        tables = trainer.dist.gather_checksums(parameter_checksums(trainer.model.params[n] for n in names))
+        tensors = dict(trainer.model.params)
+        view_opt = getattr(trainer, "view_opt", None)
+        for section, module in (view_opt.modules.items() if view_opt is not None else ()):  # per-view corrections too
+            tensors.update((f"{section}.{n}", p) for n, p in module.named_parameters())
+        names = list(tensors)
+        tables = trainer.dist.gather_checksums(parameter_checksums(tensors[n] for n in names))
         self.checks += 1
         reference = tables[0]
         for row, name in enumerate(names):
