@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from dist_launch import environment, gaussian_counts, gaussians, run_torchrun, torchrun_command, write_config
+from splattrain.checkpoint import load_checkpoint_file
 from splattrain.config import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer
@@ -152,9 +154,45 @@ def test_per_view_appearance_stays_identical_across_ranks_and_matches_one_rank(r
     extra = ["trainer.max_steps=12", "appearance.type=affine", "default_hooks.checkpoint.interval=12"]
     run_torchrun(config, [f"output_dir={folder / 'app_two'}", *extra])
     single = _single(config, folder / "app_one", extra=extra)
-    two = torch.load(folder / "app_two" / "ckpt" / "step_000012.pt", weights_only=True)["view_opt"]["appearance"]["module"]
+    two = load_checkpoint_file(folder / "app_two" / "ckpt" / "step_000012.pt")["view_opt"]["appearance"]["module"]
     one = single.view_opt.state_dict()["appearance"]["module"]
     assert one.keys() == two.keys()
     for key in one:
         assert float(one[key].abs().max()) > 0, key  # the corrections start at zero and were learned
         torch.testing.assert_close(two[key], one[key], atol=1e-4, rtol=0, msg=key)
+
+
+FAILING_HOOK = '''
+import os
+from splattrain import HOOKS, Hook
+from splattrain.errors import DataError
+
+
+@HOOKS.register()
+class FailOnRankOne(Hook):
+    def after_train_iter(self, trainer, step, batch, outputs):
+        if step == 4 and os.environ.get("RANK") == "1":
+            raise DataError("view 3 cannot be read (injected on rank 1)")
+'''
+
+
+@pytest.mark.slow
+def test_an_error_on_rank_one_stops_every_rank_with_one_line_each(runs):
+    """Rank 1 fails after step 4: it prints its error, rank 0 stops in its next collective with one
+    line (no traceback) and writes the rescue checkpoint of the last completed step."""
+    folder, config, _ = runs
+    (folder / "fail_hook.py").write_text(FAILING_HOOK)
+    failing = folder / "cfg_fail.yaml"
+    failing.write_text(config.read_text() + "imports: [fail_hook.py]\ncustom_hooks:\n  - type: FailOnRankOne\n")
+    run_dir = folder / "fail"
+    command = [sys.executable, "-m", "splattrain", "fit", "--nproc", "2", "--config", str(failing), "--quiet",
+               f"output_dir={run_dir}", "trainer.max_steps=20"]
+    result = subprocess.run(command, env=environment(), capture_output=True, text=True, timeout=300, cwd=folder)
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output[-3000:]
+    assert "[rank 1] error: view 3 cannot be read (injected on rank 1)" in output
+    assert "error: rank 0 of 2: another rank left the run" in output, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    rescued = sorted(run_dir.rglob("rescue_step_*.pt"))
+    assert len(rescued) == 1 and int(rescued[0].stem.split("_")[-1]) >= 4, output[-3000:]
+    assert "saved a rescue checkpoint" in output

@@ -5,18 +5,39 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
 from ..console import Console
-from ..errors import ConfigError
+from ..errors import ConfigError, UserError
 from .sync import all_reduce_flat
 
 _BACKENDS = ("auto", "gloo", "nccl")
+
+
+class PeerStoppedError(UserError):
+    """Another rank left the run (it failed or was stopped) while this one waited in a collective;
+    that rank's own line names its error."""
+
+
+@contextmanager
+def _collective(ctx: "DistContext", what: str) -> Iterator[None]:
+    """Turn a collective's failure because a peer is gone into one :class:`PeerStoppedError` line."""
+    try:
+        yield
+    except RuntimeError as error:
+        if not ctx.enabled or isinstance(error, UserError):
+            raise
+        detail = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+        raise PeerStoppedError(
+            f"rank {ctx.rank} of {ctx.world_size}: another rank left the run during {what} (its own line "
+            f"names its error); stopping ({detail[:160]})"
+        ) from None
 
 
 def _env_int(name: str, default: int) -> int:
@@ -129,8 +150,9 @@ class DistContext:
         self.pending_signal = 0
         values = torch.cat([torch.stack([losses[k].detach().float().reshape(()) for k in names]).to(self.device),
                             signals])
-        self.bytes_reduced += all_reduce_flat([*grads, values], scale=1.0 / self.world_size,
-                                              timings=self.comm_breakdown)
+        with _collective(self, "the gradient exchange"):
+            self.bytes_reduced += all_reduce_flat([*grads, values], scale=1.0 / self.world_size,
+                                                  timings=self.comm_breakdown)
         self.agreed_signal = int(round(float(values[len(names):].max()) * self.world_size))
         self.comm_seconds += time.perf_counter() - started
         return {k: values[i] for i, k in enumerate(names)}
@@ -141,7 +163,8 @@ class DistContext:
             return list(flags)
         started = time.perf_counter()
         values = torch.tensor(list(flags), dtype=torch.int64, device=self.device)
-        dist.all_reduce(values, op=dist.ReduceOp.MAX)
+        with _collective(self, "the step agreement"):
+            dist.all_reduce(values, op=dist.ReduceOp.MAX)
         out = [int(v) for v in values.tolist()]
         self._count("flags", started)
         return out
@@ -152,7 +175,8 @@ class DistContext:
             return list(values)
         started = time.perf_counter()
         tensor = torch.tensor(list(values), dtype=torch.float64, device=self.device)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        with _collective(self, "an agreement on readings"):
+            dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
         out = [float(v) for v in tensor.tolist()]
         self._count("agreement", started)
         return out
@@ -171,7 +195,8 @@ class DistContext:
         for mode, op in (("sum", dist.ReduceOp.SUM), ("max", dist.ReduceOp.MAX)):
             tensors = [state[k] for k, m in modes.items() if m == mode and isinstance(state.get(k), Tensor)]
             if tensors:
-                self.bytes_reduced += all_reduce_flat(tensors, op=op)
+                with _collective(self, "the statistics exchange"):
+                    self.bytes_reduced += all_reduce_flat(tensors, op=op)
         self.statistics_synced = True
         self._count("statistics", started)
 
@@ -196,7 +221,8 @@ class DistContext:
         if not self.enabled:
             return [scores for _, scores in sorted(items, key=lambda item: item[0])]
         gathered: List[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, items)
+        with _collective(self, "validation"):
+            dist.all_gather_object(gathered, items)
         merged = [item for part in gathered for item in part]
         return [scores for _, scores in sorted(merged, key=lambda item: item[0])]
 
@@ -206,7 +232,8 @@ class DistContext:
             return [checksums]
         local = checksums.to(self.device)  # NCCL gathers device tensors only
         out = [torch.empty_like(local) for _ in range(self.world_size)]
-        dist.all_gather(out, local)
+        with _collective(self, "the replica check"):
+            dist.all_gather(out, local)
         return [t.cpu() for t in out]
 
 
