@@ -196,3 +196,37 @@ def test_an_error_on_rank_one_stops_every_rank_with_one_line_each(runs):
     rescued = sorted(run_dir.rglob("rescue_step_*.pt"))
     assert len(rescued) == 1 and int(rescued[0].stem.split("_")[-1]) >= 4, output[-3000:]
     assert "saved a rescue checkpoint" in output
+
+
+SIGNAL_HOOK = '''
+import os
+import signal
+from splattrain import HOOKS, Hook
+
+
+@HOOKS.register()
+class SigtermDuringValidationOnRankOne(Hook):
+    def after_val_iter(self, trainer, index, batch, outputs):
+        if os.environ.get("RANK") == "1" and not getattr(self, "sent", False):
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+'''
+
+
+@pytest.mark.slow
+def test_sigterm_during_the_last_validation_on_one_rank_stops_every_rank(runs):
+    """SIGTERM reaches rank 1 while it scores its test views after the last step: both ranks
+    finish validating, agree, and stop with 143 before writing results; the run is resumable."""
+    folder, config, _ = runs
+    (folder / "signal_hook.py").write_text(SIGNAL_HOOK)
+    signalled = folder / "cfg_signal.yaml"
+    signalled.write_text(config.read_text() + "imports: [signal_hook.py]\ncustom_hooks:\n  - type: SigtermDuringValidationOnRankOne\n")
+    run_dir = folder / "signal_val"
+    command = [sys.executable, "-m", "splattrain", "fit", "--nproc", "2", "--config", str(signalled),
+               f"output_dir={run_dir}", "trainer.max_steps=6", "default_hooks.checkpoint.interval=6"]
+    result = subprocess.run(command, env=environment(), capture_output=True, text=True, timeout=300, cwd=folder)
+    output = result.stdout + result.stderr
+    assert result.returncode == 143, output[-3000:]
+    assert "SIGTERM received after the last step" in output, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    assert (run_dir / "ckpt" / "last.pt").exists() and not (run_dir / "results.json").exists()

@@ -29,17 +29,40 @@ def agree_on_step(trainer: "DefaultTrainer", outputs: Dict[str, Any]) -> None:
     ctx = trainer.dist
     if not ctx.enabled:
         return
-    hooks = [hook for hook in trainer.hooks.hooks if isinstance(hook, AutoCheckpointHook)]
-    if not ctx.signals_routed:  # a signal a hook caught before now goes to the next exchange
-        _route_signals(ctx, hooks)
-        ctx.pending_signal = max([ctx.pending_signal] + [hook.pending or 0 for hook in hooks])
-        for hook in hooks:
-            hook.pending = None
+    hooks = route_signals(trainer)
     if rank_local_deciders(trainer):
         outputs["skip_update"] = bool(ctx.any_rank([int(bool(outputs.get("skip_update")))])[0])
     signum, ctx.agreed_signal = ctx.agreed_signal, 0
     for hook in hooks:
         hook.pending = signum or None
+
+
+def route_signals(trainer: "DefaultTrainer") -> List[AutoCheckpointHook]:
+    """From now on record stop signals in the rank context (for the next exchange) instead of
+    letting each rank's :class:`AutoCheckpointHook` act alone; a signal a hook caught before goes
+    to the next exchange too. Returns those hooks."""
+    ctx = trainer.dist
+    hooks = [hook for hook in trainer.hooks.hooks if isinstance(hook, AutoCheckpointHook)]
+    if ctx.enabled and not ctx.signals_routed:
+        _route_signals(ctx, hooks)
+        ctx.pending_signal = max([ctx.pending_signal] + [hook.pending or 0 for hook in hooks])
+        for hook in hooks:
+            hook.pending = None
+    return hooks
+
+
+def agree_at_end(trainer: "DefaultTrainer") -> None:
+    """After the last step (and its validation): a signal that reached any rank since the last
+    exchange reaches every rank's :class:`AutoCheckpointHook`, so all ranks stop alike."""
+    ctx = trainer.dist
+    if not ctx.enabled:
+        return
+    hooks = route_signals(trainer)
+    signum = ctx.any_rank([ctx.pending_signal])[0]
+    ctx.pending_signal = 0
+    if signum:
+        for hook in hooks:
+            hook.pending = signum
 
 
 def rank_local_deciders(trainer: "DefaultTrainer") -> List[str]:
