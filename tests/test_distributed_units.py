@@ -170,9 +170,18 @@ def test_check_hook_names_the_first_diverged_parameter(two_ranks):
         assert "after step 7" in message
 
 
+def _memory_readings(ctx):
+    """MemoryBudgetHook's per-step readings (pixels, peak bytes), different on each rank."""
+    return ctx.max_over_ranks([16384.0, 1.5e8 + 1e6 * ctx.rank])
+
+
+def test_memory_readings_are_the_largest_over_the_ranks(two_ranks):
+    assert two_ranks["memory"] == [[16384.0, 1.51e8]] * 2  # both ranks fit and cap from the same numbers
+
+
 def _everything(ctx):
     return {"gradients": _gradients_and_losses(ctx), "statistics": _statistics(ctx), "mcmc": _mcmc_relocation(ctx),
-            "check": _check(ctx)}
+            "check": _check(ctx), "memory": _memory_readings(ctx)}
 
 
 @pytest.fixture(scope="module")
