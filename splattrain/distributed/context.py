@@ -138,8 +138,9 @@ class DistContext:
         if not self.enabled:
             return losses
         started = time.perf_counter()
-        grads = [p.grad for opt in optimizers.values() for group in opt.param_groups for p in group["params"]
-                 if p.grad is not None]
+        params = [p for opt in optimizers.values() for group in opt.param_groups for p in group["params"]
+                  if p.grad is not None]
+        grads = [p.grad for p in params]
         if any(g.is_sparse for g in grads):
             raise ConfigError("sparse gradients (renderer.sparse_grad) cannot be averaged across ranks; turn them off")
         names = list(losses)
@@ -150,9 +151,13 @@ class DistContext:
         self.pending_signal = 0
         values = torch.cat([torch.stack([losses[k].detach().float().reshape(()) for k in names]).to(self.device),
                             signals])
+        averaged: List[Tensor] = []
         with _collective(self, "the gradient exchange"):
             self.bytes_reduced += all_reduce_flat([*grads, values], scale=1.0 / self.world_size,
-                                                  timings=self.comm_breakdown)
+                                                  timings=self.comm_breakdown, views=averaged)
+        for param, grad in zip(params, averaged):  # the gradients become views of the averaged bucket
+            param.grad = grad
+        values = averaged[-1]
         self.agreed_signal = int(round(float(values[len(names):].max()) * self.world_size))
         self.comm_seconds += time.perf_counter() - started
         return {k: values[i] for i, k in enumerate(names)}

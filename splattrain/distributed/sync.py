@@ -31,10 +31,13 @@ def buckets(tensors: Sequence[Tensor], max_bytes: int = BUCKET_BYTES) -> List[Li
 
 
 def all_reduce_flat(tensors: Sequence[Tensor], op: dist.ReduceOp = dist.ReduceOp.SUM, scale: float = 1.0,
-                    max_bytes: int = BUCKET_BYTES, timings: Optional[Dict[str, float]] = None) -> int:
+                    max_bytes: int = BUCKET_BYTES, timings: Optional[Dict[str, float]] = None,
+                    views: Optional[List[Tensor]] = None) -> int:
     """All-reduce ``tensors`` in place, flattened into buckets, then multiply by ``scale``;
     returns the bytes sent per rank (the sum of the buckets' sizes). ``timings`` (optional) adds
-    the seconds spent packing (``pack``), in the collective (``all_reduce``) and unpacking (``unpack``)."""
+    the seconds spent packing (``pack``), in the collective (``all_reduce``) and unpacking (``unpack``).
+    With a ``views`` list the results are not copied back: it receives, per tensor, a view of its
+    bucket shaped like it (for gradients the caller rebinds, saving a copy)."""
     sent = 0
     clock = time.perf_counter
     for bucket in buckets(tensors, max_bytes):
@@ -47,7 +50,10 @@ def all_reduce_flat(tensors: Sequence[Tensor], op: dist.ReduceOp = dist.ReduceOp
             flat.mul_(scale)
         sent += flat.numel() * flat.element_size()
         for tensor, part in zip(bucket, torch.split(flat, [t.numel() for t in bucket])):
-            tensor.copy_(part.view_as(tensor))
+            if views is not None:
+                views.append(part.view_as(tensor))
+            else:
+                tensor.copy_(part.view_as(tensor))
         if timings is not None:
             for key, seconds in (("pack", t1 - t0), ("all_reduce", t2 - t1), ("unpack", clock() - t2)):
                 timings[key] = timings.get(key, 0.0) + seconds
