@@ -62,6 +62,7 @@ def train(steps: int, views_per_rank: int, threads: int, out: str) -> Dict[str, 
     return {"ranks": ctx.world_size, "threads": torch.get_num_threads(), "steps": steps,
             "views_per_second": views_per_rank * ctx.world_size * steps / results["train_seconds"],
             "train_seconds": results["train_seconds"], "comm_seconds": ctx.comm_seconds,
+            "comm_breakdown": dict(ctx.comm_breakdown),
             "bytes_reduced": ctx.bytes_reduced, "step_bytes": probe.rows, "psnr": results["psnr"],
             "gaussians": results["num_gaussians"]}
 
@@ -97,6 +98,11 @@ def main() -> None:
     ratio = double["views_per_second"] / single["views_per_second"]
     print(f"views per second, 2 ranks x 1 thread / 1 rank x 2 threads: {ratio:.2f}; "
           f"/ 1 rank x 1 thread: {double['views_per_second'] / serial['views_per_second']:.2f}")
+    parts = double["comm_breakdown"]
+    print(f"rank 0 communication per step (ms): " + ", ".join(
+        f"{name} {1000.0 * seconds / args.steps:.2f}" for name, seconds in parts.items())
+        + f"; step {1000.0 * double['train_seconds'] / args.steps:.2f}"
+        + " (all_reduce includes waiting for the slower rank)")
     rows = double["step_bytes"]
     samples = [rows[0], rows[len(rows) // 2], rows[-1]]
     print("bytes all-reduced per step (rank 0): " + "; ".join(

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any, List, Optional
 
-from .errors import StoppedByPeer, UserError, describe_os_error
+from .errors import UserError, describe_os_error
 
 EXIT_USER_ERROR = 2
 EXIT_SIGINT = 130
@@ -271,9 +271,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     except UserError as err:
         print(f"{_rank_prefix()}error: {_one_line(str(err))}", file=sys.stderr)
         return EXIT_USER_ERROR
-    except StoppedByPeer as err:  # the failing rank printed its own error
-        print(f"{_rank_prefix()}error: {_one_line(str(err))}", file=sys.stderr)
-        return 1
     except OSError as err:  # a path the user gave cannot be written (full disk, read-only, in the way)
         print(f"{_rank_prefix()}error: {describe_os_error(err)}", file=sys.stderr)
         return EXIT_USER_ERROR

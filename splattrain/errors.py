@@ -1,4 +1,4 @@
-"""Errors that the command line reports as one line: exit code 2 for the user's errors."""
+"""Errors that the command line reports as one line with exit code 2."""
 
 from __future__ import annotations
 
@@ -16,14 +16,6 @@ class ConfigError(UserError):
 
 class DataError(UserError):
     """A dataset folder or file cannot be used."""
-
-
-class StoppedByPeer(Exception):
-    """Another rank of a data-parallel run failed or was stopped, so this one stopped too.
-
-    The failing rank reports its own error; the command line prints this one as one line and
-    exits with code 1.
-    """
 
 
 def describe_os_error(error: OSError) -> str:

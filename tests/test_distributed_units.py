@@ -93,15 +93,17 @@ def _gradients_and_losses(ctx):
     param = torch.nn.Parameter(torch.zeros(3, 2))
     param.grad = torch.full((3, 2), float(ctx.rank + 1))
     optimizer = torch.optim.Adam([param])
+    ctx.pending_signal = 0 if ctx.rank == 0 else 15  # SIGTERM on rank 1 only: it rides in the bucket
     losses = ctx.sync_gradients({"p": optimizer}, {"loss": torch.tensor(2.0 * ctx.rank)})
-    skip, signum = ctx.any_rank([ctx.rank, 0 if ctx.rank == 0 else 15])
+    signum = ctx.agreed_signal
+    skip, = ctx.any_rank([ctx.rank])
     return param.grad.tolist(), float(losses["loss"]), skip, signum, ctx.bytes_reduced
 
 
 def test_gradients_and_losses_are_averaged_and_flags_agreed(two_ranks):
     for grads, loss, skip, signum, sent in two_ranks["gradients"]:
         assert grads == [[1.5, 1.5]] * 3 and loss == 1.0 and (skip, signum) == (1, 15)
-        assert sent == 7 * 4  # six gradient values and one loss term, in one bucket
+        assert sent == 9 * 4  # six gradient values, one loss term and a signal slot per rank, in one bucket
 
 
 def _statistics(ctx):
@@ -168,9 +170,18 @@ def test_check_hook_names_the_first_diverged_parameter(two_ranks):
         assert "after step 7" in message
 
 
+def _memory_readings(ctx):
+    """MemoryBudgetHook's per-step readings (pixels, peak bytes), different on each rank."""
+    return ctx.max_over_ranks([16384.0, 1.5e8 + 1e6 * ctx.rank])
+
+
+def test_memory_readings_are_the_largest_over_the_ranks(two_ranks):
+    assert two_ranks["memory"] == [[16384.0, 1.51e8]] * 2  # both ranks fit and cap from the same numbers
+
+
 def _everything(ctx):
     return {"gradients": _gradients_and_losses(ctx), "statistics": _statistics(ctx), "mcmc": _mcmc_relocation(ctx),
-            "check": _check(ctx)}
+            "check": _check(ctx), "memory": _memory_readings(ctx)}
 
 
 @pytest.fixture(scope="module")

@@ -206,6 +206,6 @@ def test_every_rank_decides_from_the_largest_peak_of_all_ranks(tmp_path, monkeyp
     so every replica caps and prunes alike; here another rank peaks 7 MB higher at every sample."""
     from splattrain.distributed.context import DistContext
 
-    monkeypatch.setattr(DistContext, "max_over_ranks", lambda self, values: [values[0] + 7 * MB, values[1]])
+    monkeypatch.setattr(DistContext, "max_over_ranks", lambda self, values: [values[0], values[1] + 7 * MB])
     _, hook, _ = run(tmp_path, "ranks", 100.0)
     assert math.isclose(hook.predicted(0), BASE + 7 * MB) and math.isclose(hook.per_gaussian, PER_GAUSSIAN)

@@ -5,18 +5,46 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
 from ..console import Console
-from ..errors import ConfigError
-from .sync import all_reduce_flat, peers_alive
+from ..errors import ConfigError, UserError
+from .sync import all_reduce_flat
 
 _BACKENDS = ("auto", "gloo", "nccl")
+
+
+class PeerStoppedError(UserError):
+    """Another rank left the run (it failed or was stopped) while this one waited in a collective;
+    that rank's own line names its error."""
+
+
+@contextmanager
+def _collective(ctx: "DistContext", what: str) -> Iterator[None]:
+    """Turn a collective's failure because a peer is gone into one :class:`PeerStoppedError` line."""
+    try:
+        yield
+    except RuntimeError as error:
+        if not ctx.enabled or isinstance(error, UserError):
+            raise
+        detail = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+        raise PeerStoppedError(
+            f"rank {ctx.rank} of {ctx.world_size}: another rank left the run during {what} (its own line "
+            f"names its error); stopping ({detail[:160]})"
+        ) from None
+
+
+def active_part(name: str, grad: Tensor, sh_degree: Optional[int]) -> Tensor:
+    """The part of parameter ``name``'s gradient a step at ``sh_degree`` can make non-zero (a view)."""
+    if name != "shN" or sh_degree is None or grad.is_sparse or grad.dim() != 3:
+        return grad
+    return grad[:, :(sh_degree + 1) ** 2 - 1]
 
 
 def _env_int(name: str, default: int) -> int:
@@ -51,7 +79,12 @@ class DistContext:
     threads: int = 0
     bytes_reduced: int = 0
     comm_seconds: float = 0.0
+    #: seconds per part of the communication: ``pack``/``all_reduce``/``unpack`` (gradient bucket),
+    #: ``flags`` (the per-step agreement), ``statistics`` (strategy statistics)
+    comm_breakdown: Dict[str, float] = field(default_factory=dict)
     pending_signal: int = 0  # a stop signal this rank received, for the next agreement
+    agreed_signal: int = 0  # the largest signal any rank had pending at the last gradient exchange
+    statistics_synced: bool = False  # the statistics hold the totals over the ranks (until released)
     signals_routed: bool = False
 
     @property
@@ -116,15 +149,31 @@ class DistContext:
         if not self.enabled:
             return losses
         started = time.perf_counter()
-        grads = [active_part(name, p.grad, sh_degree) for name, opt in optimizers.items()
-                 for group in opt.param_groups for p in group["params"] if p.grad is not None]
+        named = [(name, p) for name, opt in optimizers.items() for group in opt.param_groups for p in group["params"]
+                 if p.grad is not None]
+        params = [p for _, p in named]
+        grads = [active_part(name, p.grad, sh_degree) for name, p in named]
         if any(g.is_sparse for g in grads):
             raise ConfigError("sparse gradients (renderer.sparse_grad) cannot be averaged across ranks; turn them off")
         names = list(losses)
-        values = torch.stack([losses[k].detach().float().reshape(()) for k in names]).to(self.device)
-        with peers_alive(self.rank):
-            self.bytes_reduced += all_reduce_flat([*(g for g in grads if g.numel()), values],
-                                                  scale=1.0 / self.world_size)
+        # the loss terms, then one slot per rank for the stop signal it has pending: everything the
+        # step agrees on travels in the gradient bucket (one collective per step)
+        signals = torch.zeros(self.world_size, device=self.device)
+        signals[self.rank] = float(self.pending_signal)
+        self.pending_signal = 0
+        values = torch.cat([torch.stack([losses[k].detach().float().reshape(()) for k in names]).to(self.device),
+                            signals])
+        averaged: List[Tensor] = []
+        with _collective(self, "the gradient exchange"):
+            self.bytes_reduced += all_reduce_flat([*grads, values], scale=1.0 / self.world_size,
+                                                  timings=self.comm_breakdown, views=averaged)
+        for param, sent, grad in zip(params, grads, averaged):
+            if sent.shape == param.grad.shape:  # the whole gradient: it becomes a view of the averaged bucket
+                param.grad = grad
+            else:  # only the bands in use travelled: they are copied back (the rest is zero on every rank)
+                sent.copy_(grad)
+        values = averaged[-1]
+        self.agreed_signal = int(round(float(values[len(names):].max()) * self.world_size))
         self.comm_seconds += time.perf_counter() - started
         return {k: values[i] for i, k in enumerate(names)}
 
@@ -132,19 +181,30 @@ class DistContext:
         """The largest value of each flag over the ranks (a step skipped or a signal on any rank)."""
         if not self.enabled:
             return list(flags)
+        started = time.perf_counter()
         values = torch.tensor(list(flags), dtype=torch.int64, device=self.device)
-        with peers_alive(self.rank):
+        with _collective(self, "the step agreement"):
             dist.all_reduce(values, op=dist.ReduceOp.MAX)
-        return [int(v) for v in values.tolist()]
+        out = [int(v) for v in values.tolist()]
+        self._count("flags", started)
+        return out
 
     def max_over_ranks(self, values: Sequence[float]) -> List[float]:
-        """The largest value of each of ``values`` over the ranks (for decisions every rank must share)."""
+        """The largest of each value over the ranks (e.g. memory readings every rank must act on alike)."""
         if not self.enabled:
-            return [float(v) for v in values]
-        tensor = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self.device)
-        with peers_alive(self.rank):
+            return list(values)
+        started = time.perf_counter()
+        tensor = torch.tensor(list(values), dtype=torch.float64, device=self.device)
+        with _collective(self, "an agreement on readings"):
             dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-        return tensor.tolist()
+        out = [float(v) for v in tensor.tolist()]
+        self._count("agreement", started)
+        return out
+
+    def _count(self, part: str, started: float) -> None:
+        seconds = time.perf_counter() - started
+        self.comm_seconds += seconds
+        self.comm_breakdown[part] = self.comm_breakdown.get(part, 0.0) + seconds
 
     # -- strategy statistics ----------------------------------------------------------------
     def reduce_statistics(self, state: Dict[str, Any], modes: Mapping[str, str]) -> None:
@@ -155,14 +215,17 @@ class DistContext:
         for mode, op in (("sum", dist.ReduceOp.SUM), ("max", dist.ReduceOp.MAX)):
             tensors = [state[k] for k, m in modes.items() if m == mode and isinstance(state.get(k), Tensor)]
             if tensors:
-                with peers_alive(self.rank):
+                with _collective(self, "the statistics exchange"):
                     self.bytes_reduced += all_reduce_flat(tensors, op=op)
-        self.comm_seconds += time.perf_counter() - started
+        self.statistics_synced = True
+        self._count("statistics", started)
 
     def release_statistics(self, state: Dict[str, Any], modes: Mapping[str, str]) -> None:
-        """After refinement: ranks other than 0 zero their summed entries, so that the sum over
-        the ranks stays the run's total (held by rank 0, and by its checkpoints)."""
-        if not self.enabled or self.is_main:
+        """After the statistics were combined (or restored): ranks other than 0 zero their summed
+        entries, so that the sum over the ranks stays the run's total (held by rank 0, and by its
+        checkpoints). Between combinations each rank keeps accumulating its own views."""
+        synced, self.statistics_synced = self.statistics_synced, False
+        if not self.enabled or self.is_main or not synced:
             return
         for key, mode in modes.items():
             if mode == "sum" and isinstance(state.get(key), Tensor):
@@ -178,7 +241,7 @@ class DistContext:
         if not self.enabled:
             return [scores for _, scores in sorted(items, key=lambda item: item[0])]
         gathered: List[Any] = [None] * self.world_size
-        with peers_alive(self.rank):
+        with _collective(self, "validation"):
             dist.all_gather_object(gathered, items)
         merged = [item for part in gathered for item in part]
         return [scores for _, scores in sorted(merged, key=lambda item: item[0])]
@@ -189,7 +252,7 @@ class DistContext:
             return [checksums]
         local = checksums.to(self.device)  # NCCL gathers device tensors only
         out = [torch.empty_like(local) for _ in range(self.world_size)]
-        with peers_alive(self.rank):
+        with _collective(self, "the replica check"):
             dist.all_gather(out, local)
         return [t.cpu() for t in out]
 
@@ -207,13 +270,6 @@ class RankConsole(Console):
 
     def warning(self, message: str, once: Optional[str] = None) -> None:
         super().warning(f"[rank {self.rank}] {message}", once=once)
-
-
-def active_part(name: str, grad: Tensor, sh_degree: Optional[int]) -> Tensor:
-    """The part of parameter ``name``'s gradient a step at ``sh_degree`` can make non-zero (a view)."""
-    if name != "shN" or sh_degree is None or grad.is_sparse or grad.dim() != 3:
-        return grad
-    return grad[:, :(sh_degree + 1) ** 2 - 1]
 
 
 def shard(items: Iterable[Any], ctx: DistContext) -> Iterable[tuple[int, Any]]:

@@ -8,6 +8,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Dict, List
 
 from ..hooks.auto_checkpoint import AutoCheckpointHook
+from ..hooks.base import Hook
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..engine.trainer import DefaultTrainer
@@ -16,24 +17,58 @@ if TYPE_CHECKING:  # pragma: no cover
 def agree_on_step(trainer: "DefaultTrainer", outputs: Dict[str, Any]) -> None:
     """Make ``outputs["skip_update"]`` and a pending stop signal the same on every rank.
 
-    One small all-reduce (max) per step: the update is skipped when any rank's hooks skip it, and
-    a signal that reached any rank is handed to every rank's :class:`AutoCheckpointHook`, so all
-    ranks save together and stop after the same step (the hook acting on one rank alone would
-    leave the others waiting). While ranks train together their signals are recorded here, not by
-    the hook, and take effect at the next agreement.
+    A signal that reached any rank travelled in this step's gradient bucket
+    (:meth:`DistContext.sync_gradients`); it is handed to every rank's :class:`AutoCheckpointHook`,
+    so all ranks save together and stop after the same step (the hook acting on one rank alone
+    would leave the others waiting). While ranks train together their signals are recorded here,
+    not by the hook, and take effect at the next exchange. The update is skipped when any rank's
+    hooks skip it: that takes one small all-reduce (max), only when a hook that may decide from
+    rank-local information implements ``after_backward`` (hooks deciding only from what every
+    rank shares, the averaged losses and gradients, declare ``rank_consistent = True``).
     """
     ctx = trainer.dist
     if not ctx.enabled:
         return
-    hooks = [hook for hook in trainer.hooks.hooks if isinstance(hook, AutoCheckpointHook)]
-    if not ctx.signals_routed:
-        _route_signals(ctx, hooks)
-    local = max([ctx.pending_signal] + [hook.pending or 0 for hook in hooks])
-    skip, signum = ctx.any_rank([int(bool(outputs.get("skip_update"))), local])
-    outputs["skip_update"] = bool(skip)
-    ctx.pending_signal = 0
+    hooks = route_signals(trainer)
+    if rank_local_deciders(trainer):
+        outputs["skip_update"] = bool(ctx.any_rank([int(bool(outputs.get("skip_update")))])[0])
+    signum, ctx.agreed_signal = ctx.agreed_signal, 0
     for hook in hooks:
         hook.pending = signum or None
+
+
+def route_signals(trainer: "DefaultTrainer") -> List[AutoCheckpointHook]:
+    """From now on record stop signals in the rank context (for the next exchange) instead of
+    letting each rank's :class:`AutoCheckpointHook` act alone; a signal a hook caught before goes
+    to the next exchange too. Returns those hooks."""
+    ctx = trainer.dist
+    hooks = [hook for hook in trainer.hooks.hooks if isinstance(hook, AutoCheckpointHook)]
+    if ctx.enabled and not ctx.signals_routed:
+        _route_signals(ctx, hooks)
+        ctx.pending_signal = max([ctx.pending_signal] + [hook.pending or 0 for hook in hooks])
+        for hook in hooks:
+            hook.pending = None
+    return hooks
+
+
+def agree_at_end(trainer: "DefaultTrainer") -> None:
+    """After the last step (and its validation): a signal that reached any rank since the last
+    exchange reaches every rank's :class:`AutoCheckpointHook`, so all ranks stop alike."""
+    ctx = trainer.dist
+    if not ctx.enabled:
+        return
+    hooks = route_signals(trainer)
+    signum = ctx.any_rank([ctx.pending_signal])[0]
+    ctx.pending_signal = 0
+    if signum:
+        for hook in hooks:
+            hook.pending = signum
+
+
+def rank_local_deciders(trainer: "DefaultTrainer") -> List[str]:
+    """Names of the hooks whose ``after_backward`` may decide differently on each rank."""
+    return [type(hook).__name__ for hook in trainer.hooks.hooks
+            if type(hook).after_backward is not Hook.after_backward and not getattr(hook, "rank_consistent", False)]
 
 
 def _route_signals(ctx: Any, hooks: List[AutoCheckpointHook]) -> None:

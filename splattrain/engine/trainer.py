@@ -291,7 +291,8 @@ class DefaultTrainer:
         ``checkpointing.read_checkpoint`` returned) and continue from its step; refuses one whose
         scene or model settings differ from this config."""
         checkpoint = checkpointing.restore_checkpoint(self, source)
-        self.strategy.release_statistics(self.strategy_state)  # rank 0 holds the totals
+        self.dist.statistics_synced = True  # the restored statistics are totals: rank 0 keeps them
+        self.strategy.release_statistics(self.strategy_state)
         self.call_hook("after_load_checkpoint", checkpoint)
         return checkpoint
 

@@ -69,6 +69,9 @@ class Hook:
     """
 
     priority: Union[int, str] = Priority.NORMAL
+    #: True when the hook's ``after_backward`` decides only from what every rank shares (the
+    #: averaged losses and gradients, agreed readings): ranks then need no extra agreement per step
+    rank_consistent: bool = False
 
     def __init__(self, priority: Union[int, str, None] = None) -> None:
         if priority is not None:

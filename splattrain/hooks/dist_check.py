@@ -45,8 +45,21 @@ class DistributedCheckHook(Hook):
             hook.state_key = "dist_check"
             trainer.register_hook(hook)
 
+    def after_load_checkpoint(self, trainer, checkpoint: Dict[str, Any]) -> None:
+        from ..distributed.steps import route_signals
+
+        route_signals(trainer)  # a signal during a validation before the first step waits for its exchange
+
     def before_train(self, trainer) -> None:
+        from ..distributed.steps import route_signals
+
+        route_signals(trainer)
         self.check(trainer, "before training")
+
+    def after_train(self, trainer) -> None:
+        from ..distributed.steps import agree_at_end
+
+        agree_at_end(trainer)  # before AutoCheckpointHook (lowest priority) acts on it
 
     def after_train_iter(self, trainer, step: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
         if self.interval > 0 and step % self.interval == 0:
@@ -55,6 +68,10 @@ class DistributedCheckHook(Hook):
     def before_save_checkpoint(self, trainer, checkpoint: Dict[str, Any]) -> None:
         if not self._failed:  # a rescue checkpoint is written by rank 0 alone: no collective then
             self.check(trainer, f"before the checkpoint of step {trainer.step}")
+            # the ranks accumulate strategy statistics locally between refinements: the checkpoint
+            # holds their totals (rank 0's copy), whatever world size resumes it
+            trainer.strategy.sync_statistics(trainer.strategy_state)
+            trainer.strategy.release_statistics(trainer.strategy_state)
 
     def on_exception(self, trainer, error: BaseException) -> None:
         self._failed = True
@@ -63,8 +80,12 @@ class DistributedCheckHook(Hook):
         """Raise :class:`ReplicaDivergenceError` when any rank's parameters differ from rank 0's."""
         if not trainer.dist.enabled:
             return
-        names = list(trainer.model.params)
-        tables = trainer.dist.gather_checksums(parameter_checksums(trainer.model.params[n] for n in names))
+        tensors = dict(trainer.model.params)
+        view_opt = getattr(trainer, "view_opt", None)
+        for section, module in (view_opt.modules.items() if view_opt is not None else ()):  # per-view corrections too
+            tensors.update((f"{section}.{n}", p) for n, p in module.named_parameters())
+        names = list(tensors)
+        tables = trainer.dist.gather_checksums(parameter_checksums(tensors[n] for n in names))
         self.checks += 1
         reference = tables[0]
         for row, name in enumerate(names):

@@ -44,6 +44,8 @@ class GradClipHook(Hook):
             default all.
     """
 
+    rank_consistent = True  # it clips the averaged gradients and never skips
+
     priority = Priority.HIGH
 
     def __init__(

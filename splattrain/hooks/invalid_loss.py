@@ -36,6 +36,8 @@ class CheckInvalidLossHook(Hook):
         max_skips: with ``skip``, how many steps may be skipped in the whole run.
     """
 
+    rank_consistent = True  # the losses it checks are the averages over the ranks
+
     priority = Priority.VERY_HIGH
 
     def __init__(self, interval: int = 1, policy: str = "raise", max_skips: int = 10) -> None:

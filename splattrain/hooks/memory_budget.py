@@ -86,6 +86,8 @@ class MemoryBudgetHook(Hook):
     prediction and the measured peak.
     """
 
+    rank_consistent = True  # its readings are the largest over the ranks
+
     priority = Priority.LOW
 
     def __init__(
@@ -154,8 +156,8 @@ class MemoryBudgetHook(Hook):
     def after_backward(self, trainer, step: int, outputs: Dict[str, Any]) -> None:
         """Sample, fit at the end of the warm-up, and bound the densification about to run."""
         count = trainer.model.num_gaussians
-        # on several ranks every rank decides from the largest figures of all ranks, so all cap alike
-        measured, pixels = trainer.dist.max_over_ranks([self._peak(trainer), outputs["render"].rgb[..., 0].numel()])
+        # every rank acts on the largest reading of any rank, so all replicas take the same decisions
+        pixels, measured = trainer.dist.max_over_ranks([float(outputs["render"].rgb[..., 0].numel()), self._peak(trainer)])
         pixels = int(pixels)
         self.pixels = max(self.pixels, pixels)
         self.last_peak = measured

@@ -72,9 +72,9 @@ class DefaultStrategy(Strategy):
         if step >= self.refine_stop_iter:
             return
         self.accumulate(params, state, step, info)
-        self.sync_statistics(state)
         if step > self.refine_start_iter and step % self.refine_every == 0 \
                 and step % self.reset_every >= self.pause_refine_after_reset:
+            self.sync_statistics(state)  # ranks accumulate locally and combine only to decide
             self.grow(params, optimizers, state, step)
             self.prune(params, optimizers, state, step)
             state["grad2d"].zero_()
