@@ -472,7 +472,7 @@ template <int kCount, typename S>
 }
 
 template <typename S>
-void sh_backward_range(const S* means, const S* sh0, const S* shN, int64_t rest, const S* campos,
+SPLAT_CLONES void sh_backward_range(const S* means, const S* sh0, const S* shN, int64_t rest, const S* campos,
                        int64_t begin, int64_t end, int degree, const S* g_colors, S* g_means, S* g_sh0,
                        S* g_shN) {
     for (int64_t n0 = begin; n0 < end; n0 += kBlock) {
