@@ -242,32 +242,40 @@ def _rank_prefix() -> str:
     return f"[rank {rank}] " if rank not in ("", "0") else ""
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, turned into an exception so cleanup runs as for Ctrl-C."""
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise _Terminated
-
-
 def main(argv: Optional[List[str]] = None) -> int:
-    """Entry point; returns the process exit code."""
+    """Entry point; returns the process exit code.
+
+    SIGINT and SIGTERM are recorded and acted on at safe points (:mod:`splattrain.interrupts`):
+    exit code 130 / 143 after the work in progress was left in a resumable state.
+    """
+    from . import interrupts
+
+    interrupts.defer()
+    try:
+        return _run_command(argv)
+    finally:
+        if argv is None:  # a process of its own: nothing may interrupt its exit any more
+            interrupts.ignore()
+        else:
+            interrupts.restore()
+
+
+def _run_command(argv: Optional[List[str]]) -> int:
+    from .interrupts import check
+
     try:
         args = _parser().parse_args(argv)
         args.argv = argv
-        previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    except KeyboardInterrupt:
-        print("stopped by SIGINT", file=sys.stderr)
-        return EXIT_SIGINT
-    if argv is None:  # a process of its own, which ends after the command: no collection of its objects at exit
-        import atexit
-        import gc
+        if argv is None:  # a process of its own, which ends after the command: no collection of its objects at exit
+            import atexit
+            import gc
 
-        atexit.register(gc.freeze)
-    try:
+            atexit.register(gc.freeze)
         commands = {"fit": _fit, "eval": _eval, "render": _render, "export": _export, "schedule": _schedule,
                     "view": _view, "list": _list}
-        return commands[args.command](args)
+        code = commands[args.command](args)
+        check()  # a signal that arrived during the command's last stretch still stops it
+        return code
     except UserError as err:
         print(f"{_rank_prefix()}error: {_one_line(str(err))}", file=sys.stderr)
         return EXIT_USER_ERROR
@@ -275,11 +283,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{_rank_prefix()}error: {describe_os_error(err)}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt as err:
-        signum = signal.SIGTERM if isinstance(err, _Terminated) else getattr(err, "signum", signal.SIGINT)
+        signum = getattr(err, "signum", signal.SIGINT)
         print(f"stopped by {signal.Signals(signum).name}", file=sys.stderr)
         return EXIT_SIGTERM if signum == signal.SIGTERM else EXIT_SIGINT
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from .. import interrupts
 from ..console import Console
 from ..io.atomic import atomic_path, atomic_write_text
 from ..metrics import Evaluator, mean_metrics
@@ -44,6 +45,7 @@ def evaluate(
     pipeline = snapshot.views(split)
     per_view: List[Dict[str, Any]] = []
     for batch in pipeline.test_batches():
+        interrupts.check()
         result = renderer.render(snapshot.model, batch["camera"], snapshot.sh_degree, snapshot.background)
         name = batch["camera"][0].name
         per_view.append({"view": name, **evaluator(result.rgb, batch["image"])})

@@ -13,6 +13,7 @@ from PIL import Image
 from rich.progress import Progress
 
 from ..cameras import Camera
+from .. import interrupts
 from ..console import Console
 from ..data.pipeline import focus_point
 from ..errors import UserError
@@ -98,6 +99,7 @@ def render(
     with Progress(console=console.terminal, disable=console.quiet) as progress:
         task = progress.add_task(f"rendering {len(cameras)} frames", total=len(cameras))
         for index, camera in enumerate(cameras):
+            interrupts.check()
             result = renderer.render(snapshot.model, [camera.to(snapshot.device)], snapshot.sh_degree, snapshot.background)
             image = (result.rgb[0].clamp(0, 1).cpu().numpy() * 255.0 + 0.5).astype(np.uint8)
             images.append(image)

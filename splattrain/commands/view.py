@@ -9,6 +9,7 @@ from typing import List, Optional
 import numpy as np
 import torch
 
+from .. import interrupts
 from ..console import Console
 from ..data.types import Frame
 from ..engine.setup import resolve_device
@@ -117,6 +118,7 @@ def view(target: str | Path, console: Console, port: int = 8080, host: str = "12
         console.info(f"viewer: [bold]{server.url}[/bold]  {scene.name}, {scene.model.num_gaussians:,} Gaussians  "
                      f"(from another machine: ssh -L {server.port}:localhost:{server.port} <this host>); Ctrl-C stops")
         while True:
+            interrupts.check()
             service.serve_waiting(scene.model, scene.sh_degree)
             wait_for(server.wake, 0.1)
     finally:

@@ -11,6 +11,7 @@ from typing import Callable, Iterator, Sequence, TypeVar
 import numpy as np
 from PIL import Image
 
+from .. import interrupts
 from ..errors import DataError
 
 T = TypeVar("T")
@@ -96,7 +97,11 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T], workers: int) -> list
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="splattrain-decode") as pool:
         futures = [pool.submit(fn, x) for x in items]
         try:
-            return [f.result() for f in futures]
+            results = []
+            for future in futures:
+                results.append(future.result())
+                interrupts.check()
+            return results
         except BaseException:
             for future in futures:
                 future.cancel()

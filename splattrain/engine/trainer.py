@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from .. import interrupts
 from ..checkpoint import save_checkpoint_file
 from ..config.imports import import_user_modules
 from ..config.plugins import register_builtins
@@ -149,6 +150,7 @@ class DefaultTrainer:
         one that holds checkpoints is refused unless ``overwrite`` (which moves them aside).
         Nothing in the run directory changes before these checks pass.
         """
+        interrupts.check()  # a stop signal while the trainer was built: nothing to save yet
         lock = run_files.lock_run_dir(self)
         try:
             resumed = run_files.check_run_dir(self, resume, overwrite)

@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from .. import interrupts
 from ..registry import HOOKS
 from .base import Hook, Priority
 
@@ -62,6 +63,7 @@ class AutoCheckpointHook(Hook):
             return
         for signum in self.signals:
             self._previous[signum] = signal.signal(signum, self._on_signal)
+        self.pending = interrupts.take() or self.pending  # one the command line recorded while the run started
 
     def after_run(self, trainer) -> None:
         for signum, handler in self._previous.items():
