@@ -29,6 +29,32 @@ constexpr double kAlphaThreshold = 1.0 / 255.0;
 #define SPLAT_CLONES
 #endif
 
+// Instruction sets the vector kernels (compositing, projection) are built for, narrowest first
+// (the numbering is exported).
+enum class Isa { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };
+
+// The widest instruction set this CPU runs that the kernels are built for.
+inline Isa widest_isa() {
+    static const Isa isa = [] {
+#if SPLAT_X86_VARIANTS
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx512f")) return Isa::kAvx512;
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
+#endif
+        return Isa::kBaseline;
+    }();
+    return isa;
+}
+
+// A narrower set asked for (tests compare them), or -1 for the widest; shared by the library's
+// translation units.
+inline std::atomic<int> chosen_isa{-1};
+
+inline Isa active_isa() {
+    const int chosen = chosen_isa.load();
+    return chosen < 0 ? widest_isa() : static_cast<Isa>(chosen);
+}
+
 // libgomp's entry point for a parallel region, present when the process's OpenMP runtime (the
 // one PyTorch uses: libgomp, or LLVM's and Intel's runtimes, which export it too) is visible to
 // this library; build.py makes it so. Weak, so the library also loads without one.

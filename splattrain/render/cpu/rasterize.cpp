@@ -316,36 +316,12 @@ struct Kernels {
     void (*backward)(const Scene<S>&, int64_t, const S*, const int32_t*, const S*, const S*, S*);
 };
 
-// Instruction sets the kernels are built for, narrowest first (the numbering is exported).
-enum class Isa { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };
-
-// The widest instruction set this CPU runs that the kernels are built for.
-Isa widest_isa() {
-    static const Isa isa = [] {
-#if SPLAT_X86_VARIANTS
-        __builtin_cpu_init();
-        if (__builtin_cpu_supports("avx512f")) return Isa::kAvx512;
-        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
-#endif
-        return Isa::kBaseline;
-    }();
-    return isa;
-}
-
-// A narrower set asked for (tests compare them), or -1 for the widest.
-std::atomic<int> chosen_isa{-1};
-
-Isa active_isa() {
-    const int chosen = chosen_isa.load();
-    return chosen < 0 ? widest_isa() : static_cast<Isa>(chosen);
-}
-
 template <int kD>
 Kernels<float> float_kernels() {
-    switch (active_isa()) {
+    switch (splat::active_isa()) {
 #if SPLAT_X86_VARIANTS
-        case Isa::kAvx512: return {avx512::forward_tile<kD, float>, avx512::backward_tile<kD, float>};
-        case Isa::kAvx2: return {avx2::forward_tile<kD, float>, avx2::backward_tile<kD, float>};
+        case splat::Isa::kAvx512: return {avx512::forward_tile<kD, float>, avx512::backward_tile<kD, float>};
+        case splat::Isa::kAvx2: return {avx2::forward_tile<kD, float>, avx2::backward_tile<kD, float>};
 #endif
         default: return {baseline::forward_tile<kD, float>, baseline::backward_tile<kD, float>};
     }
@@ -456,12 +432,12 @@ extern "C" int splat_shares_openmp_team() { return splat::uses_openmp_team() ? 1
 
 // The widest instruction set the compositing kernels can use here (0 baseline, 1 AVX2 + FMA,
 // 2 AVX-512).
-extern "C" int splat_widest_isa() { return static_cast<int>(widest_isa()); }
+extern "C" int splat_widest_isa() { return static_cast<int>(splat::widest_isa()); }
 
 // Runs the compositing kernels with instruction set `isa` (-1: the widest); returns the set now
 // in use, or -1 (and changes nothing) when this CPU does not run `isa`.
 extern "C" int splat_use_isa(int isa) {
-    if (isa > static_cast<int>(widest_isa())) return -1;
-    chosen_isa.store(isa < 0 ? -1 : isa);
-    return static_cast<int>(active_isa());
+    if (isa > static_cast<int>(splat::widest_isa())) return -1;
+    splat::chosen_isa.store(isa < 0 ? -1 : isa);
+    return static_cast<int>(splat::active_isa());
 }
