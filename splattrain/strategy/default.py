@@ -12,6 +12,7 @@ from torch import Tensor
 from ..registry import STRATEGIES
 from . import ops
 from .protocol import Info, Strategy
+from .statistics import accumulate_packed, accumulate_visible
 
 
 @STRATEGIES.register("default", aliases=("DefaultStrategy",))
@@ -98,27 +99,21 @@ class DefaultStrategy(Strategy):
         if step >= self.refine_stop_iter:
             return
         means2d = info["means2d"]
-        grads = (means2d.absgrad if self.absgrad else means2d.grad).clone()
-        grads[..., 0] *= info["width"] / 2.0 * info["n_cameras"]
-        grads[..., 1] *= info["height"] / 2.0 * info["n_cameras"]
+        grads = means2d.absgrad if self.absgrad else means2d.grad
         count = len(params["means"])
         if state["grad2d"] is None:
             state["grad2d"] = torch.zeros(count, device=grads.device)
         if state["count"] is None:
             state["count"] = torch.zeros(count, device=grads.device)
-        if self.refine_scale2d_stop_iter > 0 and state["radii"] is None:
+        track_radii = self.refine_scale2d_stop_iter > 0
+        if track_radii and state["radii"] is None:
             state["radii"] = torch.zeros(count, device=grads.device)
         if info.get("gaussian_ids") is not None:  # packed: one row per visible (camera, Gaussian)
-            ids, radii = info["gaussian_ids"], info["radii"].max(dim=-1).values
+            accumulate_packed(state, grads, info["radii"], info["gaussian_ids"], info["width"], info["height"],
+                              info["n_cameras"], track_radii)
         else:
-            visible = (info["radii"] > 0.0).all(dim=-1)  # [C, N]
-            ids, grads = torch.where(visible)[1], grads[visible]
-            radii = info["radii"][visible].max(dim=-1).values
-        state["grad2d"].index_add_(0, ids, grads.norm(dim=-1))
-        state["count"].index_add_(0, ids, torch.ones_like(ids, dtype=torch.float32))
-        if self.refine_scale2d_stop_iter > 0:
-            radii = radii / float(max(info["width"], info["height"]))
-            state["radii"][ids] = torch.maximum(state["radii"][ids], radii)
+            accumulate_visible(state, grads, info["radii"], info["width"], info["height"], info["n_cameras"],
+                               track_radii)
 
     @torch.no_grad()
     def grow(self, params, optimizers, state: Dict[str, Any], step: int) -> Tuple[int, int]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("rasterize.cpp", "project.cpp", "ssim.cpp", "adam.cpp"))
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("rasterize.cpp", "project.cpp", "ssim.cpp", "adam.cpp", "stats.cpp"))
 HEADERS = tuple(Path(__file__).with_name(name) for name in ("common.h", "composite_tile.inc", "binning.inc", "project_lanes.inc", "sh_lanes.inc"))
 FLAGS = ("-std=c++17", "-O3", "-fno-math-errno", "-fno-trapping-math", "-fopenmp-simd", "-fPIC", "-shared", "-pthread")
 BUILD_TIMEOUT_S = 300
@@ -190,6 +190,9 @@ def _declare(handle: ctypes.CDLL) -> None:
         ssim_forward.argtypes, ssim_forward.restype = [*images, ptr], f64
         ssim_backward = getattr(handle, f"splat_ssim_backward_{suffix}")
         ssim_backward.argtypes, ssim_backward.restype = [*images, ptr, f64, ptr], None
+    accumulate = handle.splat_accumulate_grad2d_f32
+    accumulate.argtypes, accumulate.restype = [ptr, ptr, i64, i64, ctypes.c_float, ctypes.c_float, ctypes.c_float,
+                                               ptr, ptr, ptr], None
     adam = handle.splat_adam_step_f32
     adam.argtypes, adam.restype = [ptr] * 7 + [i32, ptr, i32], None
     handle.splat_shares_openmp_team.argtypes, handle.splat_shares_openmp_team.restype = [], i32
