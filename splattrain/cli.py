@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, List, NoReturn, Optional
 
 from .errors import UserError, describe_os_error
 
@@ -22,8 +22,15 @@ _REGISTRIES = {"hooks": "HOOKS", "writers": "WRITERS", "datasets": "DATASETS", "
                "appearance": "APPEARANCE", "pose_opt": "POSE_OPT"}
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its usage errors on one line (``error: ...``, exit code 2) like every other."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USER_ERROR, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="splattrain", description="Train 3D Gaussian Splatting scenes.")
+    parser = _Parser(prog="splattrain", description="Train 3D Gaussian Splatting scenes.")
     sub = parser.add_subparsers(dest="command", required=True)
     fit = sub.add_parser("fit", help="train a scene from a config file")
     fit.add_argument("--config", required=True, help="YAML config file (see configs/)")
@@ -242,6 +249,19 @@ def _rank_prefix() -> str:
     return f"[rank {rank}] " if rank not in ("", "0") else ""
 
 
+def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
+    """The command line; ``dotted.key=value`` overrides may also come after options
+    (``fit --config X --resume a.b=1 c.d=2``), wherever argparse's positionals stop."""
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if not hasattr(args, "overrides") or any(arg.startswith("-") or "=" not in arg for arg in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides.extend(extra)
+    args.argv = argv
+    return args
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point; returns the process exit code.
 
@@ -264,8 +284,7 @@ def _run_command(argv: Optional[List[str]]) -> int:
     from .interrupts import check
 
     try:
-        args = _parser().parse_args(argv)
-        args.argv = argv
+        args = _parse(argv)
         if argv is None:  # a process of its own, which ends after the command: no collection of its objects at exit
             import atexit
             import gc

@@ -107,3 +107,15 @@ def test_resume_then_override_trains_longer(tmp_path):
     assert result.returncode == 0, result.stderr
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["steps"] == 6
+
+
+def test_overrides_may_follow_options_and_usage_errors_are_one_line(tmp_path):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(tiny_config_text(tmp_path))
+    result = run_cli("fit", "--config", str(cfg), "--dry-run", "trainer.max_steps=7", "--verbose",
+                     f"output_dir={tmp_path / 'elsewhere'}")
+    assert result.returncode == 0, result.stderr
+    assert "max_steps: 7" in result.stdout and str(tmp_path / "elsewhere") in result.stdout
+    assert_one_line_error(run_cli("fit", "--config", str(cfg), "--bogus"), "--bogus")
+    assert_one_line_error(run_cli("fit", "--config", str(cfg), "--dry-run", "notakey"), "notakey")
+    assert_one_line_error(run_cli("fitt"), "fitt")
