@@ -371,6 +371,26 @@ def test_every_instruction_set_matches_the_torch_backend(library, channels: int)
         library.use_instruction_set("sse9")
 
 
+@pytest.mark.parametrize("channels", [3, 4])
+def test_fixed_backgrounds_are_composited_in_the_kernels(library, channels: int):
+    """A background without a gradient (the trainer's) is blended in the compositing kernels
+    themselves, forward and backward, for every instruction set; one that learns is blended by
+    PyTorch (the tests above)."""
+    scene = make_scene(24, n=300, width=40, height=36, n_cams=2, channels=channels)
+    backgrounds = torch.rand(2, channels, generator=torch.Generator().manual_seed(2))
+    ref = run(torch_rasterizer.rasterize, scene, backgrounds=backgrounds, learn_background=False)
+    try:
+        for name in library.instruction_sets:
+            library.use_instruction_set(name)
+            ours = run(cpu.rasterize, scene, backgrounds=backgrounds, learn_background=False)
+            torch.testing.assert_close(ours.render, ref.render, rtol=0, atol=IMAGE_ATOL, msg=name)
+            torch.testing.assert_close(ours.alphas, ref.alphas, rtol=0, atol=IMAGE_ATOL, msg=name)
+            for param in PARAM_NAMES:
+                assert_grad_close(ours.grads[param], ref.grads[param], f"{name} {param}")
+    finally:
+        library.use_instruction_set(None)
+
+
 def test_rejects_unsupported_inputs():
     scene = make_scene(16, n=10, width=16, height=16)
     with pytest.raises(ValueError, match="rasterize_mode"):

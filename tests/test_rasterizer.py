@@ -123,11 +123,13 @@ class Result:
 
 
 def run(
-    fn: Callable, scene: Scene, seed: int = 0, backgrounds: Optional[Tensor] = None, **kwargs
+    fn: Callable, scene: Scene, seed: int = 0, backgrounds: Optional[Tensor] = None, learn_background: bool = True,
+    **kwargs,
 ) -> Result:
-    """Render with ``fn``, back-propagate a fixed random linear loss, collect the gradients."""
+    """Render with ``fn``, back-propagate a fixed random linear loss, collect the gradients
+    (of the backgrounds too, unless ``learn_background`` is false)."""
     leaves = [p.detach().clone().requires_grad_() for p in scene.params()]
-    bg = None if backgrounds is None else backgrounds.detach().clone().requires_grad_()
+    bg = None if backgrounds is None else backgrounds.detach().clone().requires_grad_(learn_background)
     render, alphas, info = fn(
         *leaves, scene.viewmats, scene.Ks, scene.width, scene.height, backgrounds=bg, **kwargs
     )

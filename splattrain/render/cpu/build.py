@@ -165,7 +165,7 @@ def _declare(handle: ctypes.CDLL) -> None:
     """Argument and result types of the exported functions."""
     ptr, i64, i32, f64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_double
     grid = [i32, i32, i32]  # tile_size, tiles_x, tiles_y
-    scene = [ptr] * 6 + [i64, i64, i64, i32, i32] + grid + [i32, i32, ptr]
+    scene = [ptr] * 6 + [i64, i64, i64, i32, i32] + grid + [i32, i32, ptr, ptr]  # ..., reach, backgrounds
     camera = [ptr] * 6 + [i64, i64, i32, i32, f64, f64, f64, i32, i32]
     sh = [ptr, ptr, ptr, i64, ptr, i64, i64, i32, i32]
     for suffix in ("f32", "f64"):

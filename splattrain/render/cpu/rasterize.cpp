@@ -74,6 +74,7 @@ struct Scene {
     int64_t n_isects, n_cams, n_splats;  // n_splats = C * N
     int width, height, tile_size, tiles_x, tiles_y, channels;
     double* reach;  // [C * N, 4]: find_reach's output in the forward pass, its input backward
+    const S* backgrounds;  // [C, D] composited behind each pixel (its final transmittance times it), or null
 };
 
 // Per Gaussian: the half extents (y, x) in pixels of the ellipse where its alpha can still
@@ -396,10 +397,10 @@ void composite_backward(const Scene<S>& s, int threads, const S* trans, const in
         const int32_t* offsets, const int32_t* flatten_ids, int64_t n_isects, int64_t n_cams,      \
         int64_t n_splats,                                                                          \
         int width, int height, int tile_size, int tiles_x, int tiles_y, int channels, int threads, \
-        double* reach, S* render, S* trans, int32_t* last) {                                       \
+        double* reach, const S* backgrounds, S* render, S* trans, int32_t* last) {                  \
         const Scene<S> s{means2d, conics, opacities, colors, offsets, flatten_ids, n_isects,       \
                          n_cams, n_splats, width, height, tile_size, tiles_x, tiles_y, channels,   \
-                         reach};                                                                   \
+                         reach, backgrounds};                                                      \
         composite_forward(s, threads, render, trans, last);                                        \
     }                                                                                              \
     extern "C" void splat_backward_##SUFFIX(                                                       \
@@ -407,12 +408,12 @@ void composite_backward(const Scene<S>& s, int threads, const S* trans, const in
         const int32_t* offsets, const int32_t* flatten_ids, int64_t n_isects, int64_t n_cams,      \
         int64_t n_splats,                                                                          \
         int width, int height, int tile_size, int tiles_x, int tiles_y, int channels, int threads, \
-        double* reach, const S* trans, const int32_t* last, const S* grad_render,                  \
-        const S* grad_trans, S* grad_isect, S* grad_means2d, S* grad_conics, S* grad_opacities,    \
-        S* grad_colors) {                                                                          \
+        double* reach, const S* backgrounds, const S* trans, const int32_t* last,                  \
+        const S* grad_render, const S* grad_trans, S* grad_isect, S* grad_means2d,                 \
+        S* grad_conics, S* grad_opacities, S* grad_colors) {                                       \
         const Scene<S> s{means2d, conics, opacities, colors, offsets, flatten_ids, n_isects,       \
                          n_cams, n_splats, width, height, tile_size, tiles_x, tiles_y, channels,   \
-                         reach};                                                                   \
+                         reach, backgrounds};                                                      \
         composite_backward(s, threads, trans, last, grad_render, grad_trans, grad_isect,           \
                            grad_means2d, grad_conics, grad_opacities, grad_colors);                \
     }

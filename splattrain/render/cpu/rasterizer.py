@@ -182,7 +182,8 @@ def intersect_tiles(
 
 
 def _scene_args(
-    tensors: Tuple[Tensor, ...], reach: Tensor, isects: TileIntersections, width: int, height: int
+    tensors: Tuple[Tensor, ...], reach: Tensor, isects: TileIntersections, width: int, height: int,
+    backgrounds: Optional[Tensor],
 ) -> Tuple[Any, ...]:
     """The leading arguments shared by the forward and backward library calls. ``reach``
     [C * N, 4] float64 is filled by the forward pass and read by the backward pass."""
@@ -191,34 +192,36 @@ def _scene_args(
         *_ptrs(means2d, conics, opacities, colors, isects.isect_offsets, isects.flatten_ids),
         isects.flatten_ids.numel(), means2d.shape[0], means2d.shape[0] * means2d.shape[1],
         width, height, isects.tile_size, isects.tile_width, isects.tile_height, colors.shape[-1],
-        torch.get_num_threads(), reach.data_ptr(),
+        torch.get_num_threads(), reach.data_ptr(), None if backgrounds is None else backgrounds.data_ptr(),
     )
 
 
 class _Composite(torch.autograd.Function):
     """Per-pixel front-to-back compositing in C++, with its hand-written backward.
 
-    Inputs: means2d [C, N, 2], conics [C, N, 3], opacities [C, N], colors [C, N, D] and the
-    tile intersections. Outputs: colours [C, H, W, D] (no background) and final
-    transmittances [C, H, W, 1].
+    Inputs: means2d [C, N, 2], conics [C, N, 3], opacities [C, N], colors [C, N, D], the tile
+    intersections and (optionally, without a gradient) backgrounds [C, D] composited behind.
+    Outputs: colours [C, H, W, D] and final transmittances [C, H, W, 1].
     """
 
     @staticmethod
     def forward(
         ctx: Any, means2d: Tensor, conics: Tensor, opacities: Tensor, colors: Tensor,
-        isects: TileIntersections, width: int, height: int,
+        isects: TileIntersections, width: int, height: int, backgrounds: Optional[Tensor] = None,
     ) -> Tuple[Tensor, Tensor]:
         tensors = tuple(t.to(means2d.dtype).contiguous() for t in (means2d, conics, opacities, colors))
         n_cams, channels = means2d.shape[0], colors.shape[-1]
+        if backgrounds is not None:
+            backgrounds = backgrounds.to(means2d.dtype).expand(n_cams, channels).contiguous()
         render = means2d.new_empty(n_cams, height, width, channels)
         trans = means2d.new_empty(n_cams, height, width, 1)
         last = torch.empty(n_cams, height, width, dtype=torch.int32)
         reach = torch.empty(means2d.shape[0] * means2d.shape[1], 4, dtype=torch.float64)
         _fn("forward", means2d.dtype)(
-            *_scene_args(tensors, reach, isects, width, height), *_ptrs(render, trans, last)
+            *_scene_args(tensors, reach, isects, width, height, backgrounds), *_ptrs(render, trans, last)
         )
         ctx.save_for_backward(*tensors, reach, trans, last)
-        ctx.isects, ctx.size = isects, (width, height)
+        ctx.isects, ctx.size, ctx.backgrounds = isects, (width, height), backgrounds
         return render, trans
 
     @staticmethod
@@ -230,11 +233,11 @@ class _Composite(torch.autograd.Function):
         grad_isect = tensors[0].new_empty(isects.flatten_ids.numel(), rows)
         grad_render, grad_trans = grad_render.contiguous(), grad_trans.contiguous()
         _fn("backward", tensors[0].dtype)(
-            *_scene_args(tuple(tensors), reach, isects, *ctx.size),
+            *_scene_args(tuple(tensors), reach, isects, *ctx.size, ctx.backgrounds),
             trans.data_ptr(), last.data_ptr(), grad_render.data_ptr(), grad_trans.data_ptr(),
             grad_isect.data_ptr(), *(g.data_ptr() for g in grads),
         )
-        return (*grads, None, None, None)
+        return (*grads, None, None, None, None)
 
 
 def composite(
@@ -251,10 +254,12 @@ def composite(
     n_cams = proj.means2d.shape[0]
     isects = intersect_tiles(proj.means2d.detach(), proj.radii, proj.depths.detach(), width, height, tile_size,
                              proj.conics, proj.opacities)
+    in_kernel = backgrounds is not None and not backgrounds.requires_grad
     render, trans = _Composite.apply(
-        proj.means2d, proj.conics, proj.opacities, colors, isects, width, height
+        proj.means2d, proj.conics, proj.opacities, colors, isects, width, height,
+        backgrounds.detach() if in_kernel else None,
     )
-    if backgrounds is not None:
+    if backgrounds is not None and not in_kernel:  # a background that learns: composited here
         render = render + trans * backgrounds[:, None, None, :]
     info = gsplat_info(proj, isects, width, height, tile_size)
     return render, 1.0 - trans, info
