@@ -137,11 +137,13 @@ def _entries(optimizers: Iterable[GaussianAdam]) -> List[tuple]:
 
 def _compiled(entry: tuple) -> bool:
     optimizer, _, param, state, _, _ = entry
-    tensors = (param, param.grad, state["exp_avg"], state["exp_avg_sq"])
-    return optimizer.library is not None and all(
-        t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous() and t.shape == param.shape
-        for t in tensors
-    )
+    if optimizer.library is None:
+        return False
+    shape = param.shape
+    for t in (param, param.grad, state["exp_avg"], state["exp_avg_sq"]):
+        if t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous() or t.shape != shape:
+            return False
+    return True
 
 
 @torch.no_grad()
@@ -151,9 +153,11 @@ def step_adam(optimizers: Iterable[GaussianAdam], visible: Optional[Tensor] = No
     of every parameter); None, or a mask of another length, updates every row."""
     entries = _entries(optimizers)
     entries = [e for e in entries if e[2].numel() > 0]  # (the step counter still advances, as in torch)
-    compiled = [e for e in entries if _compiled(e)]
+    compiled = []
     for entry in entries:
-        if not _compiled(entry):
+        if _compiled(entry):
+            compiled.append(entry)
+        else:
             _step_torch(entry, _rows(entry, visible))
     if not compiled:
         return
