@@ -129,6 +129,10 @@ def _fit(args: argparse.Namespace) -> int:
         return 0
     if args.overwrite and args.resume is not None:
         raise UserError("--overwrite starts a new run; it cannot be combined with --resume")
+    if args.argv is None:  # a process of its own: the objects made so far live to the end, so the
+        import gc          # garbage collector need not walk them again during training
+
+        gc.freeze()
     results = trainer.train(resume=args.resume, overwrite=args.overwrite)
     if not trainer.is_main:
         return 0  # rank 0 reports
