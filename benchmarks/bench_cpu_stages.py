@@ -1,28 +1,36 @@
 """Milliseconds per stage of the compiled CPU backend on the demo scene, per instruction set.
 
 The demo scene (data/demo, 128x128) with ``--gaussians`` random-init Gaussians, as
-``splattrain fit --config configs/demo.yaml`` starts, seen from its first training view. Each
-stage is timed alone (median of ``--repeats`` after one warm-up), as a training step runs it
-(RGB, no depth channel): SH colours, projection, tile binning, compositing forward, compositing
-forward + backward, the loss, and a whole step (render + loss + backward). The compositing
-kernels are built for several instruction sets; ``--isa`` picks which ones to time (default:
-every one this CPU runs).
+``splattrain fit --config configs/demo.yaml`` starts, or with the Gaussians of a checkpoint
+(``--checkpoint``, e.g. a finished demo run's ``ckpt/last.pt``), seen from the first training
+view. Each stage is timed alone (median of ``--repeats`` after one warm-up), as a training step
+runs it (RGB, no depth channel): SH colours, projection, tile binning, compositing forward,
+compositing forward + backward, the loss, and a whole step (render + loss + backward). The
+projection, SH and compositing kernels are built for several instruction sets; ``--isa`` picks
+which ones to time (default: every one this CPU runs).
+
+``--cpu-time`` times the calling thread's CPU seconds instead of wall time and reports the
+least of the repeats: with one thread (``OMP_NUM_THREADS=1``) that figure hardly moves when other
+programs share the machine, so two versions can be compared on a busy machine.
 
     python benchmarks/bench_cpu_stages.py
     python benchmarks/bench_cpu_stages.py --isa baseline avx512 --repeats 50
+    OMP_NUM_THREADS=1 python benchmarks/bench_cpu_stages.py --checkpoint outputs/demo/ckpt/last.pt --cpu-time
 """
 
 from __future__ import annotations
 
 import argparse
 import tempfile
+import time
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import torch
 
 from bench_rasterizer import median_ms
 from splattrain.cameras import stack_cameras
+from splattrain.commands.snapshot import load_snapshot
 from splattrain.config import load_config
 from splattrain.engine.trainer import DefaultTrainer
 from splattrain.losses import photometric_loss
@@ -33,13 +41,18 @@ from splattrain.render.cpu import rasterizer as cpu
 REPO = Path(__file__).resolve().parents[1]
 
 
-def stage_timers(gaussians: int) -> Dict[str, Callable[[], object]]:
-    """One callable per stage, on the demo scene's first training view."""
+def stage_timers(gaussians: int, checkpoint: Optional[Path] = None) -> Dict[str, Callable[[], object]]:
+    """One callable per stage, on the demo scene's first training view (random-init Gaussians,
+    or the checkpoint's)."""
     with tempfile.TemporaryDirectory() as tmp:
         overrides = [f"model.init.num_points={gaussians}", "metrics.lpips=false", f"output_dir={tmp}"]
         trainer = DefaultTrainer(load_config(REPO / "configs" / "demo.yaml", overrides))
     model, batch = trainer.model, trainer.data.next_train(1)
     trainer.data.close()
+    if checkpoint is not None:
+        model = load_snapshot(checkpoint, "cpu").model
+        for param in model.params.values():
+            param.requires_grad_(True)
     viewmats, Ks, width, height = stack_cameras(batch["camera"])
     params = {name: value.detach().requires_grad_() for name, value in model.params.items()}
     means, sh0, shN = params["means"], params["sh0"], params["shN"]
@@ -87,24 +100,40 @@ def stage_timers(gaussians: int) -> Dict[str, Callable[[], object]]:
     }
 
 
+def least_cpu_ms(fn: Callable[[], object], warmup: int, repeats: int) -> float:
+    """The least CPU time of the calling thread over ``repeats`` calls of ``fn``, in milliseconds."""
+    for _ in range(warmup):
+        fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.thread_time()
+        fn()
+        best = min(best, time.thread_time() - start)
+    return 1e3 * best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gaussians", type=int, default=20000)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--isa", nargs="*", help="instruction sets to time (default: all this CPU runs)")
+    parser.add_argument("--checkpoint", type=Path, help="time the Gaussians of this checkpoint instead")
+    parser.add_argument("--cpu-time", action="store_true", help="least thread CPU time of the repeats instead")
     args = parser.parse_args()
     library = build.load_library(print)
     sets: List[str] = args.isa or list(library.instruction_sets)
-    timers = stage_timers(args.gaussians)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, demo scene 128x128, "
-          f"{args.gaussians} Gaussians (random init), median of {args.repeats}")
+    timers = stage_timers(args.gaussians, args.checkpoint)
+    measure = least_cpu_ms if args.cpu_time else median_ms
+    scene = f"{args.checkpoint}" if args.checkpoint else f"{args.gaussians} Gaussians (random init)"
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, demo scene 128x128, {scene}, "
+          f"{'least thread CPU time' if args.cpu_time else 'median wall time'} of {args.repeats}")
     print(f"{'stage':>24}" + "".join(f"{name:>10}" for name in sets) + "   (ms)")
     rows: Dict[str, List[float]] = {stage: [] for stage in timers}
     try:
         for name in sets:
             library.use_instruction_set(name)
             for stage, fn in timers.items():
-                rows[stage].append(median_ms(fn, 1, args.repeats))
+                rows[stage].append(measure(fn, 1, args.repeats))
     finally:
         library.use_instruction_set(None)
     for stage, values in rows.items():
