@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("rasterize.cpp", "project.cpp", "ssim.cpp", "adam.cpp", "stats.cpp"))
-HEADERS = tuple(Path(__file__).with_name(name) for name in ("common.h", "composite_tile.inc", "binning.inc", "project_lanes.inc", "sh_lanes.inc"))
+HEADERS = tuple(Path(__file__).with_name(name) for name in (
+    "common.h", "isa_variants.inc", "composite_tile.inc", "binning.inc", "project_lanes.inc", "sh_lanes.inc",
+))
 FLAGS = ("-std=c++17", "-O3", "-fno-math-errno", "-fno-trapping-math", "-fopenmp-simd", "-fPIC", "-shared", "-pthread")
 BUILD_TIMEOUT_S = 300
 INSTRUCTION_SETS = ("baseline", "avx2", "avx512")

@@ -57,36 +57,11 @@ struct Options {
     bool antialiased;
 };
 
-// The projection kernels, compiled once per instruction set with vectors of its register width
-// (see project_lanes.inc; as the compositing kernels in rasterize.cpp).
-#define SPLAT_VECTOR_BYTES 16
-namespace baseline {
-#include "project_lanes.inc"
-#include "sh_lanes.inc"
-}  // namespace baseline
-#undef SPLAT_VECTOR_BYTES
-
-#if SPLAT_X86_VARIANTS
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#define SPLAT_VECTOR_BYTES 32
-namespace avx2 {
-#include "project_lanes.inc"
-#include "sh_lanes.inc"
-}  // namespace avx2
-#undef SPLAT_VECTOR_BYTES
-#pragma GCC pop_options
-
-#pragma GCC push_options
-#pragma GCC target("avx512f")
-#define SPLAT_VECTOR_BYTES 64
-namespace avx512 {
-#include "project_lanes.inc"
-#include "sh_lanes.inc"
-}  // namespace avx512
-#undef SPLAT_VECTOR_BYTES
-#pragma GCC pop_options
-#endif
+// The projection and SH kernels, compiled once per instruction set with vectors of its register
+// width (project_lanes.inc, which includes sh_lanes.inc).
+#define SPLAT_KERNELS "project_lanes.inc"
+#include "isa_variants.inc"
+#undef SPLAT_KERNELS
 
 // The forward and backward range kernels of the active instruction set (float64, used to check
 // gradients, runs the baseline build).

@@ -281,34 +281,10 @@ struct BackwardPixels {
     size_t n;
 };
 
-// The tile kernels, compiled once per instruction set with vectors of its register width. GCC
-// lowers vector-extension code for the target of the function it sits in, before inlining, so
-// each set needs whole copies of the kernels rather than target clones of their callers.
-#define SPLAT_VECTOR_BYTES 16
-namespace baseline {
-#include "composite_tile.inc"
-}  // namespace baseline
-#undef SPLAT_VECTOR_BYTES
-
-#if SPLAT_X86_VARIANTS
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#define SPLAT_VECTOR_BYTES 32
-namespace avx2 {
-#include "composite_tile.inc"
-}  // namespace avx2
-#undef SPLAT_VECTOR_BYTES
-#pragma GCC pop_options
-
-#pragma GCC push_options
-#pragma GCC target("avx512f")
-#define SPLAT_VECTOR_BYTES 64
-namespace avx512 {
-#include "composite_tile.inc"
-}  // namespace avx512
-#undef SPLAT_VECTOR_BYTES
-#pragma GCC pop_options
-#endif
+// The tile kernels, compiled once per instruction set with vectors of its register width.
+#define SPLAT_KERNELS "composite_tile.inc"
+#include "isa_variants.inc"
+#undef SPLAT_KERNELS
 
 // A forward and a backward tile kernel.
 template <typename S>
