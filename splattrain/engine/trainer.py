@@ -96,6 +96,7 @@ class DefaultTrainer:
         self.view_opt = ViewCorrections(
             OmegaConf.to_container(cfg.appearance, resolve=True), OmegaConf.to_container(cfg.pose_opt, resolve=True),
             len(scene.train), self.device, self.renderer, self.max_steps,
+            cameras=self.data.train_cameras, points=self.model.means.detach(), scene_scale=self.scene_scale,
         )
         self.evaluator: Optional[Evaluator] = None
         self.writers = WriterGroup([], warn=self.console.warning)

@@ -3,9 +3,11 @@ own optimizer and learning rate, saved in checkpoints."""
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import torch
+
+from ..cameras import Camera
 
 
 class ViewCorrection(torch.nn.Module):
@@ -16,7 +18,8 @@ class ViewCorrection(torch.nn.Module):
     so that training starts from the data as given. The trainer steps :meth:`make_optimizer`'s
     optimizer after the Gaussians' and decays its learning rate to ``lr_final`` at the last step.
     Until ``start`` (a fraction of the run's steps) the correction is not updated: the scene
-    takes shape from the data as given first. Test views get no correction.
+    takes shape from the data as given first. Test views get no correction. The trainer calls
+    :meth:`setup` once before training and :meth:`after_update` after each optimizer step.
     """
 
     def __init__(self, n_views: int, lr: float, lr_final: float, weight_decay: float = 0.0, start: float = 0.0) -> None:
@@ -27,6 +30,14 @@ class ViewCorrection(torch.nn.Module):
             raise ConfigError(f"{type(self).__name__} start is {start}: use a fraction of the run in [0, 1)")
         self.n_views = n_views
         self.lr, self.lr_final, self.weight_decay, self.start = lr, lr_final, weight_decay, start
+
+    def setup(self, cameras: List[Camera], points: torch.Tensor, scene_scale: float) -> None:
+        """Called once after construction with the training cameras (indexed like ``image_id``),
+        the initial Gaussian means [P,3] and the scene scale. Nothing by default."""
+
+    def after_update(self) -> None:
+        """Called after each optimizer step of this module (e.g. to constrain the parameters).
+        Nothing by default."""
 
     def active(self, step: int, max_steps: int) -> bool:
         """Whether step ``step`` updates the correction (it has reached ``start``)."""

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from ..cameras import Camera
+from ..checkpoint import CheckpointError
 from ..errors import ConfigError
 from ..registry import APPEARANCE, POSE_OPT, Registry
 from .base import ViewCorrection
@@ -34,7 +35,11 @@ def check_sections(appearance: Mapping[str, Any], pose_opt: Mapping[str, Any]) -
 
 
 class ViewCorrections:
-    """The optional per-view modules a run trains (both None by default: then every call is a no-op)."""
+    """The optional per-view modules a run trains (both None by default: then every call is a no-op).
+
+    ``cameras`` (the training cameras), ``points`` (the initial Gaussian means) and ``scene_scale``
+    go to each module's :meth:`ViewCorrection.setup`; without ``cameras`` it is not called.
+    """
 
     def __init__(
         self,
@@ -44,6 +49,9 @@ class ViewCorrections:
         device: torch.device,
         renderer: object = None,
         max_steps: int = 1,
+        cameras: Optional[List[Camera]] = None,
+        points: Optional[Tensor] = None,
+        scene_scale: float = 1.0,
     ) -> None:
         self.appearance = _build(APPEARANCE, appearance, "appearance", n_views)
         self.pose = _build(POSE_OPT, pose_opt, "pose_opt", n_views)
@@ -54,9 +62,13 @@ class ViewCorrections:
             )
         self.max_steps = max_steps
         self.modules: Dict[str, ViewCorrection] = {
-            name: module.to(device) for name, module in (("appearance", self.appearance), ("pose_opt", self.pose))
+            name: module for name, module in (("appearance", self.appearance), ("pose_opt", self.pose))
             if module is not None
         }
+        for module in self.modules.values():
+            if cameras is not None:
+                module.setup(cameras, points if points is not None else torch.zeros(0, 3), scene_scale)
+            module.to(device)
         self.optimizers = {name: module.make_optimizer() for name, module in self.modules.items()}
 
     @property
@@ -85,6 +97,7 @@ class ViewCorrections:
         for name, optimizer in self.optimizers.items():
             if update and self.modules[name].active(step, self.max_steps):
                 optimizer.step()
+                self.modules[name].after_update()
             optimizer.zero_grad(set_to_none=True)
             for group in optimizer.param_groups:
                 group["lr"] = self.modules[name].lr_at(step, self.max_steps)
@@ -101,6 +114,13 @@ class ViewCorrections:
                 if warn is not None:
                     warn(f"the checkpoint has no {name} state; it starts from zero")
                 continue
+            missing = sorted(set(module.state_dict()) - set(state[name]["module"]))
+            if missing:
+                raise CheckpointError(
+                    f"the checkpoint's {name} state has no {', '.join(missing)}: it was saved by an earlier "
+                    f"{type(module).__name__} whose parameters mean something else; resume with {name}.type=none "
+                    "or start afresh"
+                )
             module.load_state_dict(state[name]["module"])
             self.optimizers[name].load_state_dict(state[name]["optimizer"])
 

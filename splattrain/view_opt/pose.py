@@ -1,9 +1,10 @@
-"""Per-view pose refinement: a learned SE(3) correction of each training camera (as gsplat's pose_opt)."""
+"""Per-view pose refinement: a learned SE(3) correction of each training camera, turning about the
+point the camera looks at, and kept free of motions of the whole scene."""
 
 from __future__ import annotations
 
 import math
-from typing import Dict, List
+from typing import Dict, List, Mapping, Optional
 
 import torch
 from torch import Tensor
@@ -26,10 +27,80 @@ def so3_exp(omega: Tensor) -> Tensor:
     return torch.eye(3, device=omega.device, dtype=omega.dtype) + a * k + b * (k @ k)
 
 
+def pivot_depths(cameras: List[Camera], points: Tensor, fallback: float) -> Tensor:
+    """Per camera, the median depth of ``points`` [P,3] it sees (in front of it and inside its image):
+    the distance of what it looks at. ``fallback`` for a camera that sees none. float64 [N]."""
+    points = points.detach().double().cpu()
+    points = points[:: max(1, len(points) // 20000)]  # a median needs no more
+    out = []
+    for camera in cameras:
+        viewmat = camera.viewmat.detach().double().cpu()
+        cam = points @ viewmat[:3, :3].T + viewmat[:3, 3]
+        z = cam[:, 2]
+        front = z > 1e-6
+        uv = cam[front, :2] / z[front, None] @ camera.K[:2, :2].double().cpu().T + camera.K[:2, 2].double().cpu()
+        inside = (uv[:, 0] >= 0) & (uv[:, 0] < camera.width) & (uv[:, 1] >= 0) & (uv[:, 1] < camera.height)
+        seen = z[front][inside]
+        out.append(float(seen.median()) if len(seen) else fallback)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def similarity_directions(viewmats: Tensor, depths: Tensor) -> Tensor:
+    """[6N, 7]: the first-order change of the corrections (:class:`SE3PoseRefinement`'s ``delta``,
+    flattened) of cameras ``viewmats`` [N,4,4] when the whole scene turns about a world axis (3),
+    scales (1) or shifts along a world axis (3) and the cameras follow it, seeing the same images.
+
+    A world motion ``x -> x + w x x + s x + v`` seen by the camera ``[R | t]`` is the camera-frame
+    correction ``[I + [phi]_x | u]`` with ``phi = -R w`` and ``u = (R w) x t + s t - R v`` (the
+    scale shows as a uniform scale of camera coordinates, which projects to the same image).
+    """
+    viewmats = viewmats.double()
+    rotation, translation = viewmats[:, :3, :3], viewmats[:, :3, 3]
+    n = len(viewmats)
+    pivot = torch.zeros(n, 3, dtype=torch.float64)
+    pivot[:, 2] = depths
+    zeros = torch.zeros(n, 3, dtype=torch.float64)
+    columns = []
+    for k in range(7):
+        axis = torch.zeros(3, dtype=torch.float64)
+        if k < 3:  # a turn about world axis k
+            axis[k] = 1.0
+            turned = rotation @ axis
+            phi, u = -turned, torch.linalg.cross(turned, translation, dim=-1)
+        elif k == 3:  # a scale about the world origin
+            phi, u = zeros, translation
+        else:  # a shift along world axis k - 4
+            axis[k - 4] = 1.0
+            phi, u = zeros, -(rotation @ axis)
+        # C's translation p - R(w) p + d tau is -phi x p + d tau to first order
+        tau = (u + torch.linalg.cross(phi, pivot, dim=-1)) / depths[:, None]
+        columns.append(torch.cat([phi, tau], dim=1).reshape(-1))
+    return torch.stack(columns, dim=1)
+
+
+def orthonormal_basis(directions: Tensor) -> Tensor:
+    """An orthonormal basis [M, r] of the span of ``directions`` [M, K]; directions that a degenerate
+    camera layout makes dependent count once."""
+    u, s, _ = torch.linalg.svd(directions, full_matrices=False)
+    return u[:, : int((s > s[0] * 1e-9).sum())] if len(s) and s[0] > 0 else u[:, :0]
+
+
 @POSE_OPT.register("se3")
 class SE3PoseRefinement(ViewCorrection):
-    """``viewmat_i' = [R(w_i) | t_i] @ viewmat_i``: a rotation ``w_i`` (axis-angle, radians) and a
-    translation ``t_i`` (scene units) in the camera frame of training view ``i``, starting at zero.
+    """A rotation ``w_i`` (axis-angle, radians) and a translation ``tau_i`` per training view ``i``,
+    starting at zero, applied in its camera frame as ``viewmat_i' = C_i @ viewmat_i`` with
+    ``C_i = [R(w_i) | p_i - R(w_i) p_i + d_i tau_i]``, where ``p_i = (0, 0, d_i)`` is the point on the
+    optical axis at the depth ``d_i`` of what the camera sees (the median depth of the initial
+    Gaussians in its view).
+
+    So ``w`` turns the camera about the scene it looks at rather than about its own centre, and
+    ``tau`` (in units of ``d_i``, so in radians of image shift, like ``w``) moves it: a sideways move
+    and a turn back, which the images hardly tell apart at a distance, are one parameter each
+    (the orbit ``w_x``, ``w_y``) instead of a near-cancelling pair, so Adam's per-parameter step sizes
+    fit each. After every update, the part of the corrections that a motion of the whole scene
+    (a turn, scale or shift of everything, which the training images cannot see) would explain is
+    removed: the cameras stay in the frame of the given poses, as the test views, the sparse points
+    and exports do, and the scene, learned from the same poses, stays there with them.
 
     Needs a renderer that passes gradients to the camera poses (cpu, torch, gsplat).
 
@@ -40,17 +111,47 @@ class SE3PoseRefinement(ViewCorrection):
             before the scene has a shape wander off).
     """
 
-    def __init__(self, n_views: int, lr: float = 1e-3, lr_final: float = 1e-5, weight_decay: float = 1e-6,
+    def __init__(self, n_views: int, lr: float = 1e-3, lr_final: float = 1e-4, weight_decay: float = 1e-6,
                  start: float = 0.1) -> None:
         super().__init__(n_views, lr, lr_final, weight_decay, start)
-        self.delta = torch.nn.Parameter(torch.zeros(n_views, 6))  # [w | t]
+        self.delta = torch.nn.Parameter(torch.zeros(n_views, 6))  # [w | tau]
+        self.register_buffer("depths", torch.ones(n_views))  # d_i, saved: the corrections' meaning
+        self.register_buffer("given", torch.zeros(0, 4, 4), persistent=False)  # the cameras, from setup
+        self._gauge: Optional[Tensor] = None  # orthonormal basis [6N, r] of similarity_directions
+
+    def setup(self, cameras: List[Camera], points: Tensor, scene_scale: float) -> None:
+        """Pivot depths from the initial Gaussians ``points`` (``scene_scale`` where a camera sees none)."""
+        self.depths = pivot_depths(cameras, points, scene_scale).to(self.depths)
+        self.given = torch.stack([c.viewmat.detach() for c in cameras]).to(self.depths)
+        self._gauge = None
+
+    def load_state_dict(self, state_dict: Mapping[str, Tensor], strict: bool = True, assign: bool = False):
+        """As :meth:`torch.nn.Module.load_state_dict`; the pivot depths may change with it."""
+        self._gauge = None
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def after_update(self) -> None:
+        """Remove the part of the corrections that a motion of the whole scene explains (their
+        orthogonal projection, in parameter space, off :func:`similarity_directions`)."""
+        if len(self.given) != self.n_views:
+            return
+        if self._gauge is None:
+            directions = similarity_directions(self.given.cpu(), self.depths.double().cpu())
+            self._gauge = orthonormal_basis(directions).to(self.delta)
+        with torch.no_grad():
+            flat = self.delta.view(-1)
+            flat -= self._gauge @ (self._gauge.T @ flat)
 
     def transforms(self, view_ids: Tensor) -> Tensor:
         """The corrections [C,4,4] of training views ``view_ids``."""
-        delta = self.delta[view_ids.to(self.delta.device)]
+        view_ids = view_ids.to(self.delta.device)
+        delta = self.delta[view_ids]
+        depth = self.depths[view_ids].to(delta.dtype)[:, None]
+        rotation = so3_exp(delta[:, :3])
+        pivot = torch.cat([torch.zeros_like(delta[:, :2]), depth], dim=1)
         out = torch.eye(4, device=delta.device).repeat(len(delta), 1, 1)
-        out[:, :3, :3] = so3_exp(delta[:, :3])
-        out[:, :3, 3] = delta[:, 3:]
+        out[:, :3, :3] = rotation
+        out[:, :3, 3] = pivot - (rotation @ pivot[:, :, None])[..., 0] + depth * delta[:, 3:]
         return out
 
     def apply(self, cameras: List[Camera], view_ids: Tensor) -> List[Camera]:
@@ -66,7 +167,8 @@ class SE3PoseRefinement(ViewCorrection):
         """Mean and largest correction: rotation in degrees, camera-centre movement in scene units."""
         with torch.no_grad():
             degrees = self.delta[:, :3].norm(dim=-1) * (180.0 / math.pi)
-            moved = self.delta[:, 3:].norm(dim=-1)  # |centre shift| = |t|: rotations keep lengths
+            # the centre moves by R^T C_R^T C_t: rotations keep lengths, so by |C_t|
+            moved = self.transforms(torch.arange(self.n_views))[:, :3, 3].norm(dim=-1)
             return {
                 "pose_rot_deg_mean": float(degrees.mean()), "pose_rot_deg_max": float(degrees.max()),
                 "pose_trans_mean": float(moved.mean()), "pose_trans_max": float(moved.max()),
