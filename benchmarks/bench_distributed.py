@@ -17,6 +17,9 @@ ranks; and the bytes all-reduced per step against the Gaussian count.
 
     python benchmarks/bench_distributed.py
     python benchmarks/bench_distributed.py --steps 300 --views 4   (a shorter run, 4 views per step)
+    python benchmarks/bench_distributed.py --from-step 1500 --steps 200 --block 25
+        (steps 1501-1700 only: the last stretch, 20k Gaussians at SH degree 3; a checkpoint of
+        one rank x 2 threads at step 1500, trained first and not timed, is where every run starts)
 """
 
 from __future__ import annotations
@@ -78,7 +81,6 @@ def make_probe(name: str, threads: int, block: int, turns: Turns):
         def __init__(self) -> None:
             super().__init__()
             self.rows: List[List[Any]] = []
-            self.exchanges: List[List[float]] = []
             self.rng: Dict[str, Any] = {}
 
         def _wait_turn(self, trainer) -> None:
@@ -120,8 +122,9 @@ def make_probe(name: str, threads: int, block: int, turns: Turns):
     return Probe()
 
 
-def build_trainer(name: str, steps: int, views: int, out: str):
-    """The demo-scene trainer of run ``name`` (a one-rank run does not join the process group)."""
+def build_trainer(name: str, steps: int, views: int, out: str, checkpoint_every: int = 0):
+    """The demo-scene trainer of run ``name`` to step ``steps`` (a one-rank run does not join the
+    process group)."""
     from splattrain.config import load_config
     from splattrain.console import Console
     from splattrain.engine.trainer import DefaultTrainer
@@ -130,7 +133,7 @@ def build_trainer(name: str, steps: int, views: int, out: str):
     cfg = load_config(REPO / "configs" / "demo.yaml", [
         f"output_dir={out}", f"data.path={REPO / 'data' / 'demo'}", f"trainer.max_steps={steps}", "trainer.val_interval=0",
         "metrics.lpips=false", f"trainer.batch_size={views // 2 if distributed else views}", f"trainer.dist_threads={threads}",
-        "default_hooks.checkpoint.interval=0", "default_hooks.checkpoint.save_last=false",
+        f"default_hooks.checkpoint.interval={checkpoint_every}", "default_hooks.checkpoint.save_last=false",
         "default_hooks.logger.interval=100000", "default_hooks.auto_checkpoint=null",
         *([] if early else ["trainer.dist_early_bytes=-1"]),  # the whole exchange after the backward pass
     ])
@@ -163,8 +166,9 @@ def gloo_all_reduce_ms(repeats: int = 20) -> Dict[str, float]:
     return out
 
 
-def worker(steps: int, views: int, block: int, out: str) -> Dict[str, Any]:
-    """One of torchrun's ranks: rank 0 trains every run in turns, rank 1 its half of the two-rank runs."""
+def worker(steps: int, views: int, block: int, out: str, start: int = 0) -> Dict[str, Any]:
+    """One of torchrun's ranks: rank 0 trains every run in turns, rank 1 its half of the two-rank runs
+    (from the checkpoint of step ``start`` in ``out`` when it is not 0)."""
     import torch.distributed
 
     from splattrain.engine.setup import rng_states
@@ -174,7 +178,7 @@ def worker(steps: int, views: int, block: int, out: str) -> Dict[str, Any]:
     turns = Turns(names)
     trainers, probes, exchanges = {}, {}, {}
     for name in names:
-        trainers[name] = build_trainer(name, steps, views, f"{out}/{name.replace(' ', '_').replace(',', '')}{rank}")
+        trainers[name] = build_trainer(name, start + steps, views, f"{out}/{name.replace(' ', '_').replace(',', '')}{rank}")
         probes[name] = make_probe(name, RUNS[name][0], block, turns)
         probes[name].rng = rng_states()  # the random state its construction left: it trains as if alone
         if RUNS[name][1]:
@@ -184,9 +188,11 @@ def worker(steps: int, views: int, block: int, out: str) -> Dict[str, Any]:
     gloo = gloo_all_reduce_ms()
     results: Dict[str, Any] = {}
 
+    checkpoint = f"{out}/start/ckpt/step_{start:06d}.pt" if start else None
+
     def train(name: str) -> None:
         try:
-            results[name] = trainers[name].train()
+            results[name] = trainers[name].train(resume=checkpoint)
         finally:  # a failed run leaves the rotation too (its error ends the benchmark)
             if name not in results:
                 turns.pass_on(name, leave=True)
@@ -248,12 +254,12 @@ def exchange_split(ranks: List[Dict[str, Any]], name: str) -> Dict[str, float]:
     return {"wait": 1000.0 * statistics.fmean(wait), "after": 1000.0 * statistics.fmean(after)}
 
 
-def report(ranks: List[Dict[str, Any]], steps: int, views: int, block: int) -> None:
+def report(ranks: List[Dict[str, Any]], steps: int, views: int, block: int, start: int = 0) -> None:
     runs = ranks[0]["runs"]
     order = [DUAL, ONE_BUCKET, "1 rank x 2 threads", "1 rank x 1 thread"]
     figures = {name: summary(runs[name], block) for name in order}
-    print(f"demo scene, {steps} steps, {views} views per step, {os.cpu_count()} cores; the runs take turns "
-          f"{block} steps at a time (the first step of each turn is left out)")
+    print(f"demo scene, steps {start + 1}-{start + steps}, {views} views per step, {os.cpu_count()} cores; the runs "
+          f"take turns {block} steps at a time (the first step of each turn is left out)")
     print(f"{'run (ms per step)':<32} {'views/s':>8} {'step':>7} {'render+bwd':>11} {'exchange':>9} {'rest':>6} "
           f"{'PSNR':>7} {'gaussians':>10}")
     for name, f in figures.items():
@@ -285,23 +291,28 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--views", type=int, default=2, help="views per step over all ranks (even)")
     parser.add_argument("--block", type=int, default=50, help="steps per turn")
+    parser.add_argument("--from-step", type=int, default=0,
+                        help="first train one rank x 2 threads to this step (not timed), then time --steps from there")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:  # one of torchrun's ranks: writes its figures beside the run directories
-        figures = worker(args.steps, args.views, args.block, args.out)
+        figures = worker(args.steps, args.views, args.block, args.out, args.from_step)
         Path(f"{args.out}/rank{figures['rank']}.json").write_text(json.dumps(figures))
         return
     with tempfile.TemporaryDirectory() as tmp:
+        if args.from_step:  # the checkpoint every run resumes from
+            build_trainer("1 rank x 2 threads", args.from_step, args.views, f"{tmp}/start", args.from_step).train()
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr",
                    "127.0.0.1", "--master-port", "29561", str(Path(__file__).resolve()), "--worker",
-                   "--steps", str(args.steps), "--views", str(args.views), "--block", str(args.block), "--out", tmp]
+                   "--steps", str(args.steps), "--views", str(args.views), "--block", str(args.block),
+                   "--from-step", str(args.from_step), "--out", tmp]
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
         done = subprocess.run(command, env=env, capture_output=True, text=True)
         if done.returncode != 0:
             sys.exit(f"the ranks failed:\n{done.stderr[-3000:]}")
         ranks = [json.loads((Path(tmp) / f"rank{r}.json").read_text()) for r in range(2)]
-    report(ranks, args.steps, args.views, args.block)
+    report(ranks, args.steps, args.views, args.block, args.from_step)
 
 
 if __name__ == "__main__":
