@@ -56,7 +56,8 @@ def runs(tmp_path_factory):
 @pytest.mark.slow
 def test_two_ranks_match_one_rank_with_the_same_global_batch(runs):
     folder, config, straight = runs
-    run_torchrun(config, [f"output_dir={folder / 'two'}"])
+    # dist_early_bytes=0: from step 21 (SH degree 1) the bands' gradients travel during the backward pass
+    run_torchrun(config, [f"output_dir={folder / 'two'}", "trainer.dist_early_bytes=0"])
     one, two = folder / "one", folder / "two"
     counts = gaussian_counts(two)
     assert len(counts) == 36 and counts == gaussian_counts(one)

@@ -14,7 +14,7 @@ from dist_launch import free_port
 from splattrain.data.loading import load_scene
 from splattrain.data.pipeline import DataPipeline
 from splattrain.distributed import DistContext
-from splattrain.distributed.sync import all_reduce_flat, buckets, parameter_checksums
+from splattrain.distributed.sync import all_reduce_flat, buckets, parameter_checksums, start_all_reduce
 from splattrain.hooks.dist_check import DistributedCheckHook, ReplicaDivergenceError
 from splattrain.strategy.default import DefaultStrategy
 from splattrain.strategy.mcmc import MCMCStrategy
@@ -25,6 +25,13 @@ def test_buckets_keep_order_and_split_by_size():
     parts = buckets(tensors, max_bytes=100)
     assert [[t.numel() for t in b] for b in parts] == [[10, 10], [30], [5], [1]]
     assert [t for b in parts for t in b] == tensors
+
+
+def test_early_bytes_below_minus_one_is_a_config_error():
+    from splattrain.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="trainer.dist_early_bytes -2"):
+        DistContext.from_env("gloo", torch.device("cpu"), early_bytes=-2)
 
 
 def test_checksums_see_any_bit():
@@ -106,6 +113,46 @@ def test_gradients_and_losses_are_averaged_and_flags_agreed(two_ranks):
         assert sent == 9 * 4  # six gradient values, one loss term and a signal slot per rank, in one bucket
 
 
+def _early_exchange(ctx):
+    """SH bands and positions from one backward pass, at SH degree 1 (3 of 15 bands in use: a copy
+    travels) and 3 (all bands: the gradient itself is reduced)."""
+    ctx.early.min_bytes = 0  # the tiny bucket travels early too
+    out = []
+    for degree in (1, 3):
+        params = {"means": torch.nn.Parameter(torch.ones(4, 3)), "sh0": torch.nn.Parameter(torch.ones(4, 1, 3)),
+                  "shN": torch.nn.Parameter(torch.ones(4, 15, 3))}
+        optimizers = {name: torch.optim.Adam([p]) for name, p in params.items()}
+        started, sent = ctx.early.started, ctx.bytes_reduced
+        ctx.prepare_exchange(params, sh_degree=degree)
+        bands = (degree + 1) ** 2 - 1
+        loss = float(ctx.rank + 1) * (params["sh0"].sum() + 2.0 * params["shN"][:, :bands].sum()
+                                      + 3.0 * params["means"].sum())
+        loss.backward()
+        started_in_backward = ctx.early.started - started
+        losses = ctx.sync_gradients(optimizers, {"loss": loss.detach()}, sh_degree=degree)
+        grads = {name: p.grad for name, p in params.items()}
+        out.append((degree, started_in_backward, ctx.bytes_reduced - sent, float(losses["loss"]),
+                    {name: sorted(set(g[:, :bands].flatten().tolist())) for name, g in grads.items()},
+                    grads["shN"][:, bands:].abs().max().item() if bands < 15 else 0.0))
+    whole, part = torch.full((4, 15, 3), ctx.rank + 1.0), torch.full((4, 15, 3), ctx.rank + 1.0)[:, :3]
+    reduced = [start_all_reduce([t]) for t in (whole, part)]
+    aliases = [pending.flats[0].data_ptr() == t.data_ptr() for pending, t in zip(reduced, (whole, part))]
+    results = [pending.finish(0.5)[0] for pending in reduced]
+    return out, aliases, [sorted(set(r.flatten().tolist())) for r in results]
+
+
+def test_sh_band_gradients_start_their_exchange_inside_the_backward_pass(two_ranks):
+    for rank_result, aliases, averaged in two_ranks["early"]:
+        assert aliases == [True, False]  # a lone contiguous gradient is reduced in place, a slice via a copy
+        assert averaged == [[1.5], [1.5]]
+        for degree, started, sent, loss, values, unused_bands in rank_result:
+            bands = (degree + 1) ** 2 - 1
+            assert started == 1  # the hook started the bands' all-reduce before sync_gradients ran
+            assert sent == 4 * (4 * bands * 3) + 4 * (4 * 3 + 4 * 3 + 1 + 2)  # bands; sh0, means, loss, signals
+            assert values == {"means": [4.5], "sh0": [1.5], "shN": [3.0]}  # averages of ranks 1x and 2x
+            assert unused_bands == 0.0 and loss == pytest.approx(1.5 * (12 + 24 * bands + 36))
+
+
 def _statistics(ctx):
     strategy = DefaultStrategy(refine_scale2d_stop_iter=100)
     strategy.set_statistics_reducer(ctx)
@@ -180,7 +227,7 @@ def test_memory_readings_are_the_largest_over_the_ranks(two_ranks):
 
 
 def _everything(ctx):
-    return {"gradients": _gradients_and_losses(ctx), "statistics": _statistics(ctx), "mcmc": _mcmc_relocation(ctx),
+    return {"gradients": _gradients_and_losses(ctx), "early": _early_exchange(ctx), "statistics": _statistics(ctx), "mcmc": _mcmc_relocation(ctx),
             "check": _check(ctx), "memory": _memory_readings(ctx)}
 
 

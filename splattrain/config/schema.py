@@ -31,6 +31,7 @@ class TrainerConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     dist_backend: str = "auto"  # under torchrun: auto (nccl on CUDA, else gloo) | gloo | nccl
     dist_threads: int = 0  # under torchrun on the CPU: threads per rank (0: usable cores / ranks on the machine)
+    dist_early_bytes: int = 1048576  # under torchrun: SH bands' gradients of at least this size start their all-reduce inside the backward pass (0: always, -1: never)
 
 
 @dataclass

@@ -15,7 +15,8 @@ from torch import Tensor
 
 from ..console import Console
 from ..errors import ConfigError, UserError
-from .sync import all_reduce_flat
+from .early import EARLY_MIN_BYTES, EarlyReduce, active_part
+from .sync import all_reduce_flat, start_all_reduce
 
 _BACKENDS = ("auto", "gloo", "nccl")
 
@@ -38,13 +39,6 @@ def _collective(ctx: "DistContext", what: str) -> Iterator[None]:
             f"rank {ctx.rank} of {ctx.world_size}: another rank left the run during {what} (its own line "
             f"names its error); stopping ({detail[:160]})"
         ) from None
-
-
-def active_part(name: str, grad: Tensor, sh_degree: Optional[int]) -> Tensor:
-    """The part of parameter ``name``'s gradient a step at ``sh_degree`` can make non-zero (a view)."""
-    if name != "shN" or sh_degree is None or grad.is_sparse or grad.dim() != 3:
-        return grad
-    return grad[:, :(sh_degree + 1) ** 2 - 1]
 
 
 def _env_int(name: str, default: int) -> int:
@@ -86,6 +80,10 @@ class DistContext:
     agreed_signal: int = 0  # the largest signal any rank had pending at the last gradient exchange
     statistics_synced: bool = False  # the statistics hold the totals over the ranks (until released)
     signals_routed: bool = False
+    early: EarlyReduce = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.early = EarlyReduce(self.comm_breakdown)
 
     @property
     def enabled(self) -> bool:
@@ -98,12 +96,16 @@ class DistContext:
         return self.rank == 0
 
     @classmethod
-    def from_env(cls, backend: str, device: torch.device, threads: int = 0) -> "DistContext":
+    def from_env(cls, backend: str, device: torch.device, threads: int = 0,
+                 early_bytes: int = EARLY_MIN_BYTES) -> "DistContext":
         """The context torchrun's environment describes; joins the process group when it has
         more than one rank. ``device`` is the configured one: CUDA becomes ``cuda:LOCAL_RANK``.
-        ``threads`` (0: the usable cores / local ranks) sets each CPU rank's thread count."""
+        ``threads`` (0: the usable cores / local ranks) sets each CPU rank's thread count;
+        ``early_bytes`` (-1: never) is :class:`EarlyReduce`'s threshold."""
         if backend not in _BACKENDS:
             raise ConfigError(f"trainer.dist_backend {backend!r}: use one of {', '.join(_BACKENDS)}")
+        if early_bytes < -1:
+            raise ConfigError(f"trainer.dist_early_bytes {early_bytes}: use a size in bytes, 0 (always) or -1 (never)")
         world_size = _env_int("WORLD_SIZE", 1)
         if world_size <= 1:
             return cls(device=device)
@@ -121,7 +123,9 @@ class DistContext:
             torch.set_num_threads(threads)
         if not dist.is_initialized():
             dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world_size)
-        return cls(rank, world_size, local_rank, local_world_size, backend, device, threads)
+        ctx = cls(rank, world_size, local_rank, local_world_size, backend, device, threads)
+        ctx.early.min_bytes = float("inf") if early_bytes < 0 else early_bytes
+        return ctx
 
     def describe(self) -> str:
         """One line for the run header."""
@@ -138,10 +142,19 @@ class DistContext:
             dist.destroy_process_group()
 
     # -- training step -----------------------------------------------------------------
+    def prepare_exchange(self, params: Mapping[str, Tensor], sh_degree: Optional[int] = None) -> None:
+        """Before the step's last backward pass: let the higher SH bands' gradients start their
+        all-reduce as soon as that pass has finished them (:class:`EarlyReduce`), while it computes
+        the rest; :meth:`sync_gradients` completes the exchange."""
+        if self.enabled:
+            self.early.arm(params, sh_degree)
+
     def sync_gradients(self, optimizers: Mapping[str, torch.optim.Optimizer], losses: Dict[str, Tensor],
                        sh_degree: Optional[int] = None) -> Dict[str, Tensor]:
         """Average every optimised parameter's gradient and the step's loss terms over the ranks
-        (one flattened all-reduce per bucket); returns the averaged, detached loss terms.
+        (flattened buckets: the early one :meth:`prepare_exchange` started, then one with the rest);
+        returns the averaged, detached loss terms. Afterwards each gradient sent whole is a view of
+        its averaged bucket.
 
         With ``sh_degree``, only the bands of ``shN`` that degree uses are sent: the others'
         gradients are zero on every rank (the degree follows the step), so leaving them out is exact.
@@ -149,33 +162,48 @@ class DistContext:
         if not self.enabled:
             return losses
         started = time.perf_counter()
+        early = self.early.take()
+        self.comm_seconds += self.early.seconds  # packing and starting the early bucket, in the backward pass
+        self.early.seconds = 0.0
+        done = early[0] if early is not None else None
         named = [(name, p) for name, opt in optimizers.items() for group in opt.param_groups for p in group["params"]
-                 if p.grad is not None]
+                 if p.grad is not None and p is not done]
         params = [p for _, p in named]
         grads = [active_part(name, p.grad, sh_degree) for name, p in named]
         if any(g.is_sparse for g in grads):
             raise ConfigError("sparse gradients (renderer.sparse_grad) cannot be averaged across ranks; turn them off")
         names = list(losses)
-        # the loss terms, then one slot per rank for the stop signal it has pending: everything the
-        # step agrees on travels in the gradient bucket (one collective per step)
+        # the loss terms, then one slot per rank for the stop signal it has pending: everything else
+        # the step agrees on travels in the last gradient bucket
         signals = torch.zeros(self.world_size, device=self.device)
         signals[self.rank] = float(self.pending_signal)
         self.pending_signal = 0
         values = torch.cat([torch.stack([losses[k].detach().float().reshape(()) for k in names]).to(self.device),
                             signals])
-        averaged: List[Tensor] = []
+        scale = 1.0 / self.world_size
         with _collective(self, "the gradient exchange"):
-            self.bytes_reduced += all_reduce_flat([*grads, values], scale=1.0 / self.world_size,
-                                                  timings=self.comm_breakdown, views=averaged)
-        for param, sent, grad in zip(params, grads, averaged):
-            if sent.shape == param.grad.shape:  # the whole gradient: it becomes a view of the averaged bucket
-                param.grad = grad
-            else:  # only the bands in use travelled: they are copied back (the rest is zero on every rank)
-                sent.copy_(grad)
+            pending = start_all_reduce([*grads, values], timings=self.comm_breakdown)
+            if early is not None:
+                param, sent, reduction = early
+                self._rebind([param], [sent], reduction.finish(scale, self.comm_breakdown))
+                self.bytes_reduced += reduction.nbytes
+            averaged = pending.finish(scale, self.comm_breakdown)
+        self.bytes_reduced += pending.nbytes
+        self._rebind(params, grads, averaged)
         values = averaged[-1]
         self.agreed_signal = int(round(float(values[len(names):].max()) * self.world_size))
         self.comm_seconds += time.perf_counter() - started
         return {k: values[i] for i, k in enumerate(names)}
+
+    @staticmethod
+    def _rebind(params: Sequence[Tensor], sent: Sequence[Tensor], averaged: Sequence[Tensor]) -> None:
+        """Each gradient sent whole becomes a view of its averaged bucket; of one sent in part (the
+        SH bands in use) the part is copied back (the rest is zero on every rank)."""
+        for param, part, grad in zip(params, sent, averaged):
+            if part.shape == param.grad.shape:
+                param.grad = grad
+            else:
+                part.copy_(grad)
 
     def any_rank(self, flags: Sequence[int]) -> List[int]:
         """The largest value of each flag over the ranks (a step skipped or a signal on any rank)."""

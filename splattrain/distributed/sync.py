@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Dict, Iterable, List, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -30,6 +31,60 @@ def buckets(tensors: Sequence[Tensor], max_bytes: int = BUCKET_BYTES) -> List[Li
     return out
 
 
+def _add(timings: Optional[Dict[str, float]], key: str, seconds: float) -> None:
+    if timings is not None:
+        timings[key] = timings.get(key, 0.0) + seconds
+
+
+def _flatten(group: List[Tensor]) -> Tensor:
+    """The bucket as one flat tensor: a lone contiguous tensor is reduced in place (no copy)."""
+    if len(group) == 1 and group[0].is_contiguous():
+        return group[0].view(-1)
+    return torch.cat([t.reshape(-1) for t in group])
+
+
+@dataclass
+class PendingReduce:
+    """An all-reduce started by :func:`start_all_reduce` and not waited for yet."""
+
+    groups: List[List[Tensor]]  # the tensors of each bucket
+    flats: List[Tensor]  # each bucket flattened: reduced in place
+    works: List[Any]  # the collectives' handles
+    nbytes: int  # bytes sent per rank (the buckets' sizes)
+
+    def finish(self, scale: float = 1.0, timings: Optional[Dict[str, float]] = None) -> List[Tensor]:
+        """Wait for the reduction and multiply it by ``scale``; returns, per tensor, a view of its
+        result shaped like it. ``timings`` adds the seconds waited (``all_reduce``) and spent
+        scaling and splitting (``unpack``)."""
+        views: List[Tensor] = []
+        for group, flat, work in zip(self.groups, self.flats, self.works):
+            t0 = time.perf_counter()
+            work.wait()
+            t1 = time.perf_counter()
+            if scale != 1.0:
+                flat.mul_(scale)
+            views.extend(part.view_as(t) for t, part in zip(group, torch.split(flat, [t.numel() for t in group])))
+            _add(timings, "all_reduce", t1 - t0)
+            _add(timings, "unpack", time.perf_counter() - t1)
+        return views
+
+
+def start_all_reduce(tensors: Sequence[Tensor], op: dist.ReduceOp = dist.ReduceOp.SUM,
+                     max_bytes: int = BUCKET_BYTES, timings: Optional[Dict[str, float]] = None) -> PendingReduce:
+    """Start all-reducing ``tensors``, flattened into buckets of at most ``max_bytes`` (one
+    collective each; a bucket of one contiguous tensor is reduced in place, the others are copies),
+    without waiting; ``timings`` adds the seconds spent packing (``pack``) and starting the
+    collectives (``all_reduce``)."""
+    t0 = time.perf_counter()
+    groups = buckets(tensors, max_bytes)
+    flats = [_flatten(group) for group in groups]
+    t1 = time.perf_counter()
+    works = [dist.all_reduce(flat, op=op, async_op=True) for flat in flats]
+    _add(timings, "pack", t1 - t0)
+    _add(timings, "all_reduce", time.perf_counter() - t1)
+    return PendingReduce(groups, flats, works, sum(f.numel() * f.element_size() for f in flats))
+
+
 def all_reduce_flat(tensors: Sequence[Tensor], op: dist.ReduceOp = dist.ReduceOp.SUM, scale: float = 1.0,
                     max_bytes: int = BUCKET_BYTES, timings: Optional[Dict[str, float]] = None,
                     views: Optional[List[Tensor]] = None) -> int:
@@ -38,26 +93,15 @@ def all_reduce_flat(tensors: Sequence[Tensor], op: dist.ReduceOp = dist.ReduceOp
     the seconds spent packing (``pack``), in the collective (``all_reduce``) and unpacking (``unpack``).
     With a ``views`` list the results are not copied back: it receives, per tensor, a view of its
     bucket shaped like it (for gradients the caller rebinds, saving a copy)."""
-    sent = 0
-    clock = time.perf_counter
-    for bucket in buckets(tensors, max_bytes):
-        t0 = clock()
-        flat = torch.cat([t.reshape(-1) for t in bucket])
-        t1 = clock()
-        dist.all_reduce(flat, op=op)
-        t2 = clock()
-        if scale != 1.0:
-            flat.mul_(scale)
-        sent += flat.numel() * flat.element_size()
-        for tensor, part in zip(bucket, torch.split(flat, [t.numel() for t in bucket])):
-            if views is not None:
-                views.append(part.view_as(tensor))
-            else:
-                tensor.copy_(part.view_as(tensor))
-        if timings is not None:
-            for key, seconds in (("pack", t1 - t0), ("all_reduce", t2 - t1), ("unpack", clock() - t2)):
-                timings[key] = timings.get(key, 0.0) + seconds
-    return sent
+    pending = start_all_reduce(tensors, op, max_bytes, timings)
+    results = pending.finish(scale, timings)
+    if views is not None:
+        views.extend(results)
+    else:
+        for tensor, result in zip(tensors, results):
+            if result.data_ptr() != tensor.data_ptr():  # reduced in place otherwise
+                tensor.copy_(result)
+    return pending.nbytes
 
 
 def parameter_checksums(tensors: Iterable[Tensor]) -> Tensor:

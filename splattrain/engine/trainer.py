@@ -61,7 +61,8 @@ class DefaultTrainer:
         import_user_modules(list(cfg.imports), config_dir)
         register_builtins()
         seed_everything(cfg.seed)
-        self.dist = DistContext.from_env(cfg.trainer.dist_backend, resolve_device(cfg.trainer.device), cfg.trainer.dist_threads)
+        self.dist = DistContext.from_env(cfg.trainer.dist_backend, resolve_device(cfg.trainer.device),
+                                         cfg.trainer.dist_threads, cfg.trainer.dist_early_bytes)
         self.device = self.dist.device
         if not self.dist.is_main:
             self.console = RankConsole(self.dist.rank, self.console)
@@ -224,6 +225,8 @@ class DefaultTrainer:
                 losses["loss"] = losses["loss"] + penalty
             self.strategy.step_pre_backward(self.model.params, self.optimizers, self.strategy_state, step, render.info)
             self.call_hook("before_backward", step, losses)
+            if chunk is chunks[-1]:  # the last backward pass finishes the gradients: their exchange may start in it
+                self.dist.prepare_exchange(self.model.params, sh_degree)
             (losses["loss"] / len(chunks)).backward()
             infos.append(render.info)
             terms.append(losses)

@@ -49,13 +49,13 @@ class CpuRenderer(Renderer):
 
     def _project(self, model: GaussianModel, means: Tensor, quats: Tensor, viewmats: Tensor, Ks: Tensor, width: int,
                  height: int, sh_degree: int, colour_means: Optional[Tensor] = None) -> Tuple[Projection, Tensor]:
-        features = sh_colors(means if colour_means is None else colour_means, model.params["sh0"], model.params["shN"],
-                             viewmats, sh_degree)
         proj = project(
             means, quats, model.scales, model.opacities, viewmats, Ks, width, height,
             near_plane=self.near_plane, far_plane=self.far_plane, eps2d=self.eps2d,
             antialiased=self.rasterize_mode == "antialiased",
         )
+        features = sh_colors(means if colour_means is None else colour_means, model.params["sh0"], model.params["shN"],
+                             viewmats, sh_degree)
         return proj, features
 
     def _composite(self, proj: Projection, features: Tensor, width: int, height: int, background: Tensor,
