@@ -49,13 +49,14 @@ def build(steps: int, viewer: bool) -> DefaultTrainer:
 
 def run(steps: int, setting: str) -> Dict[str, float]:
     trainer = build(steps, setting != "none")
+    viewer = next((h for h in trainer.hooks.hooks if isinstance(h, ViewerHook)), None)
     browser = None
+    cpu: List[float] = []  # the browser's CPU seconds when training starts and ends
     if setting == "browser":
         from browser import Browser
 
-        viewer = next(h for h in trainer.hooks.hooks if isinstance(h, ViewerHook))
         class Open(Hook):
-            """Opens the page once the server is up, before the first step."""
+            """Opens the page once the server is up, before the first step; reads the browser's CPU time."""
 
             def before_train(self, trainer) -> None:
                 nonlocal browser
@@ -64,7 +65,11 @@ def run(steps: int, setting: str) -> Dict[str, float]:
                 deadline = time.monotonic() + 30
                 while viewer.server.num_clients == 0 and time.monotonic() < deadline:
                     time.sleep(0.05)
-                time.sleep(2.0)  # page fully drawn before training starts
+                time.sleep(3.0)  # page fully drawn before training starts
+                cpu.append(browser.cpu_seconds())
+
+            def after_train(self, trainer) -> None:
+                cpu.append(browser.cpu_seconds())
 
         trainer.register_hook(Open())
     try:
@@ -75,10 +80,12 @@ def run(steps: int, setting: str) -> Dict[str, float]:
     seconds = float(results["train_seconds"])
     per_step = trainer.hooks.seconds.get(("viewer", "after_train_iter"), 0.0)
     out = {"rate": steps / seconds, "viewer_share": per_step / seconds, "viewer_us": 1e6 * per_step / steps}
-    viewer = next((h for h in trainer.hooks.hooks if isinstance(h, ViewerHook)), None)
     if viewer is not None:
         out["renders"] = float(viewer.service.renders)
+        out["images"] = float(viewer.service.images_sent)
         out["render_share"] = viewer.service.render_seconds / seconds
+    if len(cpu) == 2:
+        out["browser_cores"] = (cpu[1] - cpu[0]) / seconds
     return out
 
 
@@ -106,9 +113,10 @@ def main() -> None:
             micros = statistics.median(m["viewer_us"] for m in measured[setting])
             line += f"  viewer hook {micros:.0f} us/step = {100 * share:.3f}% of training time"
         if setting == "browser":
-            renders = statistics.median(m["renders"] for m in measured[setting])
-            render_share = statistics.median(m["render_share"] for m in measured[setting])
-            line += f", {renders:.0f} renders ({100 * render_share:.1f}% of training time)"
+            median = {key: statistics.median(m[key] for m in measured[setting])
+                      for key in ("renders", "images", "render_share", "browser_cores")}
+            line += (f", {median['renders']:.0f} renders ({100 * median['render_share']:.1f}% of training time), "
+                     f"{median['images']:.0f} images sent; the browser used {median['browser_cores']:.2f} cores")
         print(line)
 
 
