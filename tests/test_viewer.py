@@ -26,7 +26,7 @@ from splattrain.io.ply import write_ply
 from splattrain.model.gaussians import GaussianModel
 from splattrain.viewer.camera import camera_pose, image_size, pose_to_camera
 from splattrain.viewer.requests import MOTION_GAP, ViewQueue, ViewRequest, motion_resolution
-from splattrain.viewer.images import VISIBLE_LEVELS, colorize_depth, view_image, visibly_changed
+from splattrain.viewer.images import VISIBLE_LEVELS, VISIBLE_SHARE, colorize_depth, view_image, visibly_changed
 from test_run_safety import start_fit, wait_for_line
 
 
@@ -76,9 +76,10 @@ def test_visibly_changed_counts_pixels_moved_by_more_than_a_few_levels():
     assert visibly_changed(None, after) and visibly_changed(before[:50], after)
     after[:, :, 1] += VISIBLE_LEVELS  # every pixel, but by no more than the threshold
     assert not visibly_changed(before, after)
-    after[:4, :5, 0] += 10  # 20 pixels: 0.2% of 10,000, not more
+    limit = int(VISIBLE_SHARE * before.shape[0] * before.shape[1])  # pixels that may change by more
+    after.reshape(-1, 3)[:limit, 0] += VISIBLE_LEVELS + 1
     assert not visibly_changed(before, after)
-    after[4, 0, 2] -= 10  # a 21st
+    after.reshape(-1, 3)[limit, 2] -= VISIBLE_LEVELS + 1  # one more
     assert visibly_changed(before, after)
 
 
@@ -130,7 +131,9 @@ def test_view_queue_drags_coarse_then_sharp_and_refreshes_still_views():
 def test_default_hooks_viewer_is_off_until_named_and_names_a_busy_port(tmp_path):
     assert not any(isinstance(h, ViewerHook) for h in build(tmp_path, 5).hooks.hooks)
     trainer = build(tmp_path, 5, "default_hooks:\n  viewer: {port: 0}\n")
-    assert viewer_of(trainer).port == 0
+    assert viewer_of(trainer).port == 0 and viewer_of(trainer).refresh == 10.0
+    with pytest.raises(UserError, match="ViewerHook refresh 0"):
+        build(tmp_path, 5, "default_hooks:\n  viewer: {port: 0, refresh: 0}\n")
     with busy_port() as sock:
         port = sock.getsockname()[1]
         cfg = tmp_path / "busy.yaml"

@@ -12,9 +12,9 @@ from ..render.base import RenderResult
 RENDER_MODES = ("rgb", "depth", "alpha")
 
 #: A pixel changed visibly when one of its channels moved by more than this many levels (of 255).
-VISIBLE_LEVELS = 4
+VISIBLE_LEVELS = 8
 #: An image changed visibly when more than this share of its pixels did.
-VISIBLE_SHARE = 0.002
+VISIBLE_SHARE = 0.005
 
 # Control points of a perceptually ordered blue -> green -> yellow ramp (viridis' ends and middle).
 _RAMP = np.array([[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]], dtype=np.float32)

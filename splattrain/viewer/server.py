@@ -27,6 +27,7 @@ from .requests import ViewQueue, ViewRequest
 
 DEFAULT_RESOLUTION = 512
 DEFAULT_TRAIN_SHARE = 0.9
+DEFAULT_REFRESH = 10.0
 
 
 class ViewerError(UserError):
@@ -64,6 +65,7 @@ class ViewerSettings:
     mode: str = "rgb"
     resolution: int = DEFAULT_RESOLUTION
     train_share: float = DEFAULT_TRAIN_SHARE
+    refresh: float = DEFAULT_REFRESH  # seconds between re-renders of a still view while training
     show_cameras: bool = True
 
 
@@ -142,6 +144,12 @@ class ViewerServer:
                     hint="viewer renders take at most the rest of the time (1.0: render only while paused)",
                 )
                 self.share_control.on_update(lambda _: self._set("train_share", float(self.share_control.value)))
+                self.refresh_control = gui.add_slider(
+                    "Still view refresh", 0.1, max(60.0, self.settings.refresh), 0.1, float(self.settings.refresh),
+                    hint="seconds between new images of a still view while training (sent when it changed visibly); "
+                         "each image costs a browser without a GPU about a third of a CPU core-second",
+                )
+                self.refresh_control.on_update(lambda _: self._set("refresh", float(self.refresh_control.value)))
             self.cameras_control = gui.add_checkbox("Show cameras", self.settings.show_cameras)
         self.mode_control.on_update(lambda _: self._set("mode", str(self.mode_control.value)))
         self.resolution_control.on_update(lambda _: self._set("resolution", int(self.resolution_control.value)))
@@ -149,7 +157,7 @@ class ViewerServer:
 
     def _set(self, name: str, value: object) -> None:
         setattr(self.settings, name, value)
-        if name != "train_share":
+        if name not in ("train_share", "refresh"):
             self.mark_all_dirty()
 
     def add_cameras(self, group: CameraGroup, scale: float) -> None:
