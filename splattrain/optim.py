@@ -94,7 +94,9 @@ def schedule_specs(optim_cfg) -> Dict[str, Dict[str, Any]]:
     unknown = sorted(set(specs) - set(GROUPS))
     if unknown:
         raise ConfigError(f"optim.schedules: {', '.join(unknown)} not a parameter group (groups: {', '.join(GROUPS)})")
-    specs.setdefault("means", {"type": "exp", "min_ratio": optim_cfg.means_lr_final / optim_cfg.means_lr})
+    if "means" not in specs:  # a means rate of zero (frozen positions) stays zero
+        ratio = optim_cfg.means_lr_final / optim_cfg.means_lr if optim_cfg.means_lr > 0 else 1.0
+        specs["means"] = {"type": "exp", "min_ratio": ratio}
     return {name: specs[name] for name in GROUPS if name in specs}
 
 

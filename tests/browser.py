@@ -13,6 +13,7 @@ import re
 import shutil
 import tempfile
 import time
+from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
@@ -96,6 +97,22 @@ class Browser:
         self.driver.switch_to.new_window("tab")
         self.driver.get(url)
         return first
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds (user + system) used so far by the browser's processes (Linux /proc)."""
+        children: dict = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:  # the process ended meanwhile
+                continue
+            children.setdefault(int(fields[1]), []).append((int(stat.parent.name), int(fields[11]) + int(fields[12])))
+        ticks, todo = 0, [self.driver.service.process.pid]
+        while todo:
+            for pid, used in children.get(todo.pop(), []):
+                ticks += used
+                todo.append(pid)
+        return ticks / os.sysconf("SC_CLK_TCK")
 
     def close(self) -> None:
         try:

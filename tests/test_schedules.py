@@ -119,6 +119,14 @@ def test_optimizers_follow_the_configured_schedules():
     )
 
 
+def test_a_zero_means_rate_stays_zero():
+    cfg = OmegaConf.merge(OmegaConf.structured(OptimConfig), {"means_lr": 0.0})
+    optimizers = build_optimizers(small_model(), cfg, scene_scale=2.0)
+    for scheduler in build_schedulers(optimizers, cfg, scene_scale=2.0, max_steps=T):
+        scheduler.step(50)
+    assert optimizers["means"].param_groups[0]["lr"] == 0.0
+
+
 @pytest.mark.parametrize(
     "schedules, message",
     [

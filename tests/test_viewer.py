@@ -25,7 +25,8 @@ from splattrain.hooks import Hook, ViewerHook
 from splattrain.io.ply import write_ply
 from splattrain.model.gaussians import GaussianModel
 from splattrain.viewer.camera import camera_pose, image_size, pose_to_camera
-from splattrain.viewer.images import colorize_depth, view_image
+from splattrain.viewer.requests import MOTION_GAP, ViewQueue, ViewRequest, motion_resolution
+from splattrain.viewer.images import VISIBLE_LEVELS, VISIBLE_SHARE, colorize_depth, view_image, visibly_changed
 from test_run_safety import start_fit, wait_for_line
 
 
@@ -69,10 +70,70 @@ def test_render_modes_and_depth_colours():
         view_image(None, "normals")  # type: ignore[arg-type]
 
 
+def test_visibly_changed_counts_pixels_moved_by_more_than_a_few_levels():
+    before = np.full((100, 100, 3), 128, dtype=np.uint8)
+    after = before.copy()
+    assert visibly_changed(None, after) and visibly_changed(before[:50], after)
+    after[:, :, 1] += VISIBLE_LEVELS  # every pixel, but by no more than the threshold
+    assert not visibly_changed(before, after)
+    limit = int(VISIBLE_SHARE * before.shape[0] * before.shape[1])  # pixels that may change by more
+    after.reshape(-1, 3)[:limit, 0] += VISIBLE_LEVELS + 1
+    assert not visibly_changed(before, after)
+    after.reshape(-1, 3)[limit, 2] -= VISIBLE_LEVELS + 1  # one more
+    assert visibly_changed(before, after)
+
+
+def test_view_queue_drags_coarse_then_sharp_and_refreshes_still_views():
+    views, image = ViewQueue(), np.zeros((4, 4, 3), dtype=np.uint8)
+    views.add(1)
+    views.add(2)
+    for client in (1, 2):  # a new browser wants its first image
+        request = views.next("rgb", 512, now=10.0)
+        assert (request.client_id, request.resolution, request.refresh, request.coarse) == (client, 512, False, False)
+        assert views.sent(request, image, now=10.0) is False
+    assert views.next("rgb", 512, now=10.1) is None  # nothing changed, no refresh asked for
+
+    views.camera_moved(1, now=11.0)  # one change: a jump, at the full resolution
+    request = views.next("rgb", 512, now=11.0)
+    assert request.resolution == 512 and not request.coarse
+    views.sent(request, image, now=11.01)
+    views.camera_moved(1, now=11.05)  # a second change soon after: a drag, at half the resolution
+    request = views.next("rgb", 512, now=11.05)
+    assert request.client_id == 1 and request.coarse and request.resolution == motion_resolution(512) == 256
+    views.sent(request, image, now=11.06)
+    assert views.next("rgb", 512, now=11.05 + 0.9 * MOTION_GAP) is None  # the drag may go on
+    request = views.next("rgb", 512, now=11.05 + MOTION_GAP)  # it stopped: the sharp image follows
+    assert request.client_id == 1 and request.resolution == 512 and not request.coarse
+    views.sent(request, image, now=11.4)
+
+    assert views.next("rgb", 512, refresh_after=5.0, now=14.0) is None
+    request = views.next("rgb", 512, refresh_after=5.0, now=15.2)  # the view served longest ago
+    assert request.client_id == 2 and request.refresh and request.shown is image
+    views.kept(request, now=15.2)
+    assert views.next("rgb", 512, refresh_after=5.0, now=16.3) is None
+    assert views.next("rgb", 512, refresh_after=5.0, now=16.5).client_id == 1
+
+    views.camera_moved(2, now=20.0)
+    request = views.next("rgb", 512, now=20.0)
+    views.camera_moved(2, now=20.05)  # while its image is rendered: not lost
+    assert views.sent(request, image, now=20.1) is False
+    request = views.next("rgb", 512, now=20.1)
+    assert request.client_id == 2 and request.coarse
+    views.want_png(2)  # pressed while a coarse image is rendered: the PNG waits for a full one
+    assert views.sent(request, image, now=20.15) is False
+    request = views.next("rgb", 512, now=20.2)
+    assert request.client_id == 2 and not request.coarse and views.sent(request, image, now=20.2) is True
+    views.remove(1)
+    assert len(views) == 1 and views.sent(ViewRequest(1, None, "rgb", 64), image) is None
+    assert motion_resolution(64) == 64
+
+
 def test_default_hooks_viewer_is_off_until_named_and_names_a_busy_port(tmp_path):
     assert not any(isinstance(h, ViewerHook) for h in build(tmp_path, 5).hooks.hooks)
     trainer = build(tmp_path, 5, "default_hooks:\n  viewer: {port: 0}\n")
-    assert viewer_of(trainer).port == 0
+    assert viewer_of(trainer).port == 0 and viewer_of(trainer).refresh == 10.0
+    with pytest.raises(UserError, match="ViewerHook refresh 0"):
+        build(tmp_path, 5, "default_hooks:\n  viewer: {port: 0, refresh: 0}\n")
     with busy_port() as sock:
         port = sock.getsockname()[1]
         cfg = tmp_path / "busy.yaml"

@@ -142,6 +142,42 @@ def test_live_run_in_the_browser(tmp_path, trained_ply):
         assert torch.equal(value, trainer.model.params[name]), name
 
 
+FROZEN = ("optim: {means_lr: 0.0, scales_lr: 0.0, quats_lr: 0.0, opacities_lr: 0.0, sh0_lr: 0.0, "
+          "shN_lr: 0.0}\nstrategy: {refine_start_iter: 100000}\n")
+
+
+def test_a_still_view_is_sent_again_only_when_training_changed_it(tmp_path, trained_ply):
+    """With refresh 0.1 s and a still camera, a learning run sends its view again and again; a run
+    whose learning rates are zero re-renders it as often but never sends it again."""
+    require_browser()
+    counts = {}
+    browser = Browser(WIDTH, HEIGHT)
+    try:
+        for name, extra in (("learning", ""), ("frozen", FROZEN)):
+            trainer = build(tmp_path, name, trained_ply,
+                            "default_hooks:\n  viewer: {port: 0, refresh: 0.1, paused: true}\n" + extra)
+            trainer.register_hook(Slow(0.01))
+            viewer = next(h for h in trainer.hooks.hooks if isinstance(h, ViewerHook))
+            errors: list = []
+            thread = threading.Thread(target=lambda: _train(trainer, errors), daemon=True)
+            thread.start()
+            wait_until(lambda: viewer.server is not None and viewer.server.paused, what="the viewer to start paused")
+            browser.open(viewer.server.url)
+            wait_until(lambda: viewer.service.images_sent > 0, what="the first image")
+            time.sleep(1.0)  # the browser's camera settles
+            renders, sent = viewer.service.renders, viewer.service.images_sent
+            viewer.resume()
+            thread.join(timeout=120)
+            assert not thread.is_alive() and not errors, errors
+            counts[name] = (viewer.service.renders - renders, viewer.service.images_sent - sent)
+    finally:
+        browser.close()
+    refreshes, sent = counts["learning"]
+    assert refreshes >= 5 and sent >= 3, counts  # the training changes the view visibly
+    refreshes, sent = counts["frozen"]
+    assert refreshes >= 5 and sent == 0, counts
+
+
 def test_view_command_shows_a_ply_and_saves_the_view(tmp_path, trained_ply):
     require_browser()
     out = tmp_path / "views"

@@ -20,7 +20,9 @@ class ViewerHook(Hook):
     between two steps: renders (under ``torch.no_grad``, drawing no random numbers), pausing
     (the hook waits there until Resume) and checkpoints. A paused and resumed run is bit-identical
     to one never paused. Viewer renders are throttled so training keeps at least
-    ``train_share`` of the time; with no browser connected the hook costs a few microseconds a step.
+    ``train_share`` of the time; a still view is re-rendered every ``refresh`` seconds and sent
+    only when it changed visibly; a moving camera gets half-resolution images until it stops. With
+    no browser connected the hook costs a few microseconds a step.
 
     Off by default: ``default_hooks.viewer: {port: 8080}`` or ``splattrain fit ... --viewer [PORT]``.
     Needs the ``viewer`` extra (``pip install 'splattrain[viewer]'``). See docs/viewer.md.
@@ -32,7 +34,8 @@ class ViewerHook(Hook):
         resolution: initial long side of the rendered image in pixels (64..2048).
         train_share: initial share of the time training keeps (0.1..1.0; 1.0 renders only while paused).
         render_mode: initial mode: rgb, depth or alpha.
-        refresh: seconds between re-renders of a view whose camera did not move.
+        refresh: initial seconds between re-renders of a still view while training (0.1..600); the
+            image is sent only when it changed visibly (each costs a browser without a GPU a redraw of the page).
         thumbnails: show each training image on its camera frustum.
         paused: start paused (the page opens before the first step).
     """
@@ -40,7 +43,7 @@ class ViewerHook(Hook):
     priority = 97  # after the checkpoint and timer hooks, before AutoCheckpointHook's safe point
 
     def __init__(self, port: int = 8080, host: str = "127.0.0.1", resolution: int = 512, train_share: float = 0.9,
-                 render_mode: str = "rgb", refresh: float = 0.2, thumbnails: bool = True, paused: bool = False) -> None:
+                 render_mode: str = "rgb", refresh: float = 10.0, thumbnails: bool = True, paused: bool = False) -> None:
         super().__init__()
         from ..errors import ConfigError
         from ..viewer.images import RENDER_MODES
@@ -50,6 +53,8 @@ class ViewerHook(Hook):
             raise ConfigError(f"ViewerHook render_mode {render_mode!r}: use one of {', '.join(RENDER_MODES)}")
         if not 0.1 <= float(train_share) <= 1.0:
             raise ConfigError(f"ViewerHook train_share {train_share}: use a value in [0.1, 1.0]")
+        if not 0.1 <= float(refresh) <= 600.0:
+            raise ConfigError(f"ViewerHook refresh {refresh}: use a number of seconds in [0.1, 600]")
         import_viser()
         check_port_free(host, int(port))
         self.port = int(port)
@@ -76,7 +81,8 @@ class ViewerHook(Hook):
         from ..viewer.service import RenderBudget, ViewService
         from ..viewer.session import add_scene_cameras
 
-        settings = ViewerSettings(mode=self.render_mode, resolution=self.resolution, train_share=self.train_share)
+        settings = ViewerSettings(mode=self.render_mode, resolution=self.resolution, train_share=self.train_share,
+                                  refresh=self.refresh)
         self.server = ViewerServer(self.host, self.port, title=f"splattrain: {trainer.cfg.name}", training=True,
                                    settings=settings)
         self.service = ViewService(self.server, trainer.renderer, trainer.background, trainer.run_dir / "viewer",
@@ -114,7 +120,7 @@ class ViewerHook(Hook):
             self._save(trainer)
         if server.num_clients:
             if self.budget.available:
-                self.budget.spend(self.service.serve_one(trainer.model, outputs["sh_degree"], self.refresh))
+                self.budget.spend(self.service.serve_one(trainer.model, outputs["sh_degree"], server.settings.refresh))
             self._update_stats(trainer)
         if server.paused:
             self._hold(trainer, outputs["sh_degree"], in_step=True)

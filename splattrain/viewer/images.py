@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
@@ -10,6 +10,11 @@ import torch
 from ..render.base import RenderResult
 
 RENDER_MODES = ("rgb", "depth", "alpha")
+
+#: A pixel changed visibly when one of its channels moved by more than this many levels (of 255).
+VISIBLE_LEVELS = 8
+#: An image changed visibly when more than this share of its pixels did.
+VISIBLE_SHARE = 0.005
 
 # Control points of a perceptually ordered blue -> green -> yellow ramp (viridis' ends and middle).
 _RAMP = np.array([[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]], dtype=np.float32)
@@ -48,6 +53,15 @@ def view_image(result: RenderResult, mode: str) -> np.ndarray:
     if result.depth is None:
         raise ValueError("the render has no depth")
     return colorize_depth(result.depth[0, ..., 0].detach().cpu().numpy(), alpha.detach().cpu().numpy())
+
+
+def visibly_changed(before: Optional[np.ndarray], after: np.ndarray) -> bool:
+    """Whether uint8 image ``after`` differs visibly from ``before`` (None or another size: True):
+    more than VISIBLE_SHARE of its pixels moved by more than VISIBLE_LEVELS in some channel."""
+    if before is None or before.shape != after.shape:
+        return True
+    moved = np.abs(after.astype(np.int16) - before.astype(np.int16)).max(axis=-1) > VISIBLE_LEVELS
+    return int(np.count_nonzero(moved)) > VISIBLE_SHARE * moved.size
 
 
 def thumbnail(image: np.ndarray, background: Sequence[float] = (1.0, 1.0, 1.0), long_side: int = 64) -> np.ndarray:

@@ -13,9 +13,8 @@ import errno
 import io
 import socket
 import threading
-import time
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -24,9 +23,11 @@ from ..errors import UserError
 from .camera import (MAX_RESOLUTION, MIN_RESOLUTION, ViewPose, camera_pose, mean_up_direction, overview_pose,
                      quat_to_matrix)
 from .images import RENDER_MODES
+from .requests import ViewQueue, ViewRequest
 
 DEFAULT_RESOLUTION = 512
 DEFAULT_TRAIN_SHARE = 0.9
+DEFAULT_REFRESH = 10.0
 
 
 class ViewerError(UserError):
@@ -58,31 +59,13 @@ def check_port_free(host: str, port: int) -> None:
 
 
 @dataclass
-class ViewRequest:
-    """One view a browser is waiting for."""
-
-    client_id: int
-    pose: ViewPose
-    mode: str
-    resolution: int
-    version: int = 0  # the browser's request count when this view was taken
-
-
-@dataclass
-class _ClientState:
-    dirty: bool = True  # the camera or a setting changed since the last image
-    version: int = 0  # counts the changes, so one arriving during a render is not lost
-    last_sent: float = 0.0
-    png: bool = False  # "save PNG" was pressed
-
-
-@dataclass
 class ViewerSettings:
     """What the browser controls set."""
 
     mode: str = "rgb"
     resolution: int = DEFAULT_RESOLUTION
     train_share: float = DEFAULT_TRAIN_SHARE
+    refresh: float = DEFAULT_REFRESH  # seconds between re-renders of a still view while training
     show_cameras: bool = True
 
 
@@ -120,8 +103,7 @@ class ViewerServer:
         self.server.gui.configure_theme(show_share_button=False, control_width="medium")
         self.port = int(self.server.get_port())
         self.requested_port = port
-        self._lock = threading.Lock()
-        self._clients: Dict[int, _ClientState] = {}
+        self.views = ViewQueue()
         self._paused = threading.Event()
         self.wake = threading.Event()  # set whenever the browser asks for something
         self.save_requested = False
@@ -162,6 +144,12 @@ class ViewerServer:
                     hint="viewer renders take at most the rest of the time (1.0: render only while paused)",
                 )
                 self.share_control.on_update(lambda _: self._set("train_share", float(self.share_control.value)))
+                self.refresh_control = gui.add_slider(
+                    "Still view refresh", 0.1, max(60.0, self.settings.refresh), 0.1, float(self.settings.refresh),
+                    hint="seconds between new images of a still view while training (sent when it changed visibly); "
+                         "each image costs a browser without a GPU about a third of a CPU core-second",
+                )
+                self.refresh_control.on_update(lambda _: self._set("refresh", float(self.refresh_control.value)))
             self.cameras_control = gui.add_checkbox("Show cameras", self.settings.show_cameras)
         self.mode_control.on_update(lambda _: self._set("mode", str(self.mode_control.value)))
         self.resolution_control.on_update(lambda _: self._set("resolution", int(self.resolution_control.value)))
@@ -169,7 +157,7 @@ class ViewerServer:
 
     def _set(self, name: str, value: object) -> None:
         setattr(self.settings, name, value)
-        if name != "train_share":
+        if name not in ("train_share", "refresh"):
             self.mark_all_dirty()
 
     def add_cameras(self, group: CameraGroup, scale: float) -> None:
@@ -231,56 +219,35 @@ class ViewerServer:
 
     # -- browsers ----------------------------------------------------------------------
     def _on_connect(self, client) -> None:
-        with self._lock:
-            self._clients[client.client_id] = _ClientState()
+        self.views.add(client.client_id)
         client.camera.on_update(lambda _camera, cid=client.client_id: self.mark_dirty(cid))
         if self._initial_pose is not None:
             self.move_camera(client.client_id, self._initial_pose)
         self.wake.set()
 
     def _on_disconnect(self, client) -> None:
-        with self._lock:
-            self._clients.pop(client.client_id, None)
+        self.views.remove(client.client_id)
 
     @property
     def num_clients(self) -> int:
-        return len(self._clients)
+        return len(self.views)
 
     def mark_dirty(self, client_id: int) -> None:
-        with self._lock:
-            state = self._clients.get(client_id)
-            if state is not None:
-                state.dirty = True
-                state.version += 1
+        """A browser's camera changed."""
+        self.views.camera_moved(client_id)
         self.wake.set()
 
     def mark_all_dirty(self) -> None:
-        with self._lock:
-            for state in self._clients.values():
-                state.dirty = True
-                state.version += 1
+        self.views.settings_changed()
         self.wake.set()
 
     def next_request(self, refresh_after: Optional[float] = None) -> Optional[ViewRequest]:
-        """The browser to render for next: one whose camera or settings changed, else (when
-        ``refresh_after`` is given) the one whose image is oldest, if older than that many seconds."""
-        now = time.monotonic()
-        with self._lock:
-            items = list(self._clients.items())
-            versions = {cid: state.version for cid, state in items}
-        dirty = [(s.last_sent, cid) for cid, s in items if s.dirty or s.png]
-        if dirty:
-            chosen = min(dirty)[1]
-        elif refresh_after is not None and items:
-            last_sent, chosen = min((s.last_sent, cid) for cid, s in items)
-            if now - last_sent < refresh_after:
-                return None
-        else:
+        """The view to render next, with the browser's camera (see :meth:`ViewQueue.next`)."""
+        request = self.views.next(self.settings.mode, int(self.settings.resolution), refresh_after)
+        if request is None:
             return None
-        pose = self._pose(chosen)
-        if pose is None:
-            return None
-        return ViewRequest(chosen, pose, self.settings.mode, int(self.settings.resolution), versions[chosen])
+        request.pose = self._pose(request.client_id)
+        return request if request.pose is not None else None
 
     def _pose(self, client_id: int) -> Optional[ViewPose]:
         client = self.server.get_clients().get(client_id)
@@ -297,17 +264,17 @@ class ViewerServer:
 
     def send(self, request: ViewRequest, image: np.ndarray, jpeg_quality: int = 90) -> bool:
         """Show ``image`` in the browser that asked; returns True when it wanted a PNG saved too."""
-        with self._lock:
-            state = self._clients.get(request.client_id)
-            if state is None:
-                return False
-            state.dirty = state.version != request.version
-            state.last_sent = time.monotonic()
-            wants_png, state.png = state.png, False
+        wants_png = self.views.sent(request, image)
+        if wants_png is None:
+            return False
         client = self.server.get_clients().get(request.client_id)
         if client is not None:
             client.scene.set_background_image(image, format="jpeg", jpeg_quality=jpeg_quality)
         return wants_png
+
+    def keep(self, request: ViewRequest) -> None:
+        """Answer a refresh request without sending: the browser's image still shows the view."""
+        self.views.kept(request)
 
     def notify(self, client_id: Optional[int], title: str, body: str) -> None:
         """A notification in one browser (None: all)."""
@@ -322,10 +289,7 @@ class ViewerServer:
             client.send_file_download(filename, content)
 
     def _on_png(self, event) -> None:
-        with self._lock:
-            state = self._clients.get(event.client_id)
-            if state is not None:
-                state.png = True
+        self.views.want_png(event.client_id)
         self.wake.set()
 
     # -- pause and checkpoint ------------------------------------------------------------

@@ -14,8 +14,9 @@ import torch
 from ..model.gaussians import GaussianModel
 from ..render import Renderer
 from .camera import ViewPose, pose_to_camera
-from .images import view_image
-from .server import ViewerServer, ViewRequest
+from .images import view_image, visibly_changed
+from .requests import ViewRequest
+from .server import ViewerServer
 
 
 class RenderBudget:
@@ -66,6 +67,7 @@ class ViewService:
         self.lock = threading.Lock()
         self.renders = 0
         self.render_seconds = 0.0
+        self.images_sent = 0
         self._png_count = 0
 
     def render_pose(self, model: GaussianModel, sh_degree: int, pose: ViewPose, mode: str,
@@ -78,14 +80,19 @@ class ViewService:
 
     def serve_one(self, model: GaussianModel, sh_degree: int, refresh_after: Optional[float] = None) -> float:
         """Render and send the next waiting view (see :meth:`ViewerServer.next_request`);
-        returns the seconds it took (0 when nobody waited)."""
+        returns the seconds it took (0 when nobody waited). A refresh whose image did not change
+        visibly is not sent: each image costs the browser a redraw of its whole page."""
         request = self.server.next_request(refresh_after)
         if request is None:
             return 0.0
         started = time.perf_counter()
         image = self.render_pose(model, sh_degree, request.pose, request.mode, request.resolution)
-        if self.server.send(request, image):
-            self._save_png(request, image)
+        if request.refresh and not visibly_changed(request.shown, image):
+            self.server.keep(request)
+        else:
+            self.images_sent += 1
+            if self.server.send(request, image):
+                self._save_png(request, image)
         seconds = time.perf_counter() - started
         self.renders += 1
         self.render_seconds += seconds
