@@ -25,6 +25,7 @@ renders and their transfer.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -34,6 +35,10 @@ from typing import Dict, List, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
+
+from splattrain.cli import GOMP_SPINCOUNT  # noqa: E402
+
+os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)  # as the command line sets it, before torch loads
 
 from splattrain.config import load_config  # noqa: E402
 from splattrain.console import Console  # noqa: E402

@@ -15,6 +15,13 @@ EXIT_USER_ERROR = 2
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 
+#: Busy-wait iterations of an idle OpenMP thread before it sleeps (libgomp's default is 300,000:
+#: about a millisecond of spinning between two parallel loops). Spinning wins nothing on a quiet
+#: machine at this setting and, when other processes want the cores (a browser showing the viewer,
+#: other ranks, another job), it keeps the cores from them: training then slowed 2-3x on the 2-core
+#: machine (docs/benchmarks.md, OpenMP threads on a busy machine). A value in the environment wins.
+GOMP_SPINCOUNT = "10000"
+
 
 #: ``splattrain list`` subjects and the registry attribute each lists.
 _REGISTRIES = {"hooks": "HOOKS", "writers": "WRITERS", "datasets": "DATASETS", "renderers": "RENDERERS",
@@ -274,6 +281,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     """
     from . import interrupts
 
+    if argv is None:  # a process of its own: before torch loads the OpenMP runtime, which reads it once
+        os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)
     interrupts.defer()
     try:
         return _run_command(argv)
