@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -70,7 +71,8 @@ t0 = (time.perf_counter(), time.process_time())
 trainer = trainer_module.DefaultTrainer(cfg, console=Console(quiet=True), config_dir=Path(sys.argv[1]).parent)
 mark("build", t0)
 phases["build"] = tuple(b - l for b, l in zip(phases["build"], phases.get("load scene", (0.0, 0.0))))
-trainer._open_run_dir = timed("run dir + writers", trainer._open_run_dir)
+import splattrain.engine.run_files as run_files
+run_files.open_run_dir = timed("run dir + writers", run_files.open_run_dir)
 trainer.validate = timed("validation", trainer.validate)
 t1 = (time.perf_counter(), time.process_time())
 results = trainer.train()
@@ -97,6 +99,9 @@ def python(source: Optional[Path], code: str) -> List[str]:
 
 
 def fit_once(overrides: List[str], source: Optional[Path] = None) -> Dict:
+    from splattrain.cli import GOMP_SPINCOUNT
+
+    os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)  # the child trains as the command line would
     command = [*python(source, CHILD), str(REPO / "configs" / "demo.yaml"), f"output_dir={OUT}", *overrides]
     start = time.perf_counter()
     done = subprocess.run(command, cwd=REPO, check=True, capture_output=True, text=True)
