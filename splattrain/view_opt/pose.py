@@ -109,7 +109,7 @@ class SE3PoseRefinement(ViewCorrection):
     removed: the cameras stay in the frame of the given poses, as the test views, the sparse points
     and exports do, and the scene, learned from the same poses, stays there with them. So is their
     mean orbit (:func:`common_orbit_directions`): every camera orbiting the same way, with the
-    scene stretched to match, is seen only through small parallax, and the corrections drift along
+    scene deformed to match, is seen only through small parallax, and the corrections drift along
     it; pose errors independent from view to view have none of it.
 
     Needs a renderer that passes gradients to the camera poses (cpu, torch, gsplat).
