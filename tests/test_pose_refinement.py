@@ -18,7 +18,7 @@ from splattrain.data.demo_variants import GL_TO_CV
 from splattrain.model.gaussians import GaussianModel
 from splattrain.render import build_renderer
 from splattrain.view_opt import SE3PoseRefinement, ViewCorrections
-from splattrain.view_opt.pose import similarity_directions, so3_exp
+from splattrain.view_opt.pose import common_orbit_directions, similarity_directions, so3_exp
 
 SIZE = 48
 FOCAL = 0.5 * SIZE / math.tan(0.345)
@@ -106,6 +106,30 @@ def test_moves_of_the_whole_scene_are_similarities_and_are_removed() -> None:
     assert np.delete(left, 3).max() < 0.25 * np.delete(whole, 3).mean() and left[3] > 0.1, (whole, left)
     kept = float((pose.delta.detach() * single).sum() / (single * single).sum())
     assert kept > 0.85
+
+
+def test_an_orbit_common_to_all_views_is_removed_and_is_no_similarity() -> None:
+    """Every camera orbiting up by the same angle moves the cameras in a way no similarity fits (so
+    projecting off motions of the whole scene alone would keep it); after_update removes it and
+    keeps each view's own orbit."""
+    cameras = ring_cameras(12)
+    pose = SE3PoseRefinement(n_views=12)
+    pose.setup(cameras, scene().means, scene_scale=4.0)
+    given = centres(torch.stack([c.viewmat for c in cameras]))
+    with torch.no_grad():
+        pose.delta.copy_(0.01 * common_orbit_directions(12)[:, 0].reshape(12, 6))
+    moved = centres(corrected(pose, cameras))
+    assert np.abs(similarity_fit(given, moved) - moved).max() > 0.2 * np.abs(moved - given).max()
+    own = torch.zeros(12, 6)
+    own[5] = torch.tensor([0.02, -0.01, 0.0, 0.0, 0.0, 0.0])
+    with torch.no_grad():
+        pose.delta.add_(own)
+    pose.after_update()
+    delta = pose.delta.detach()
+    assert delta[:, :2].mean(dim=0).abs().max() < 1e-6  # no mean orbit left
+    assert float((delta * own).sum() / (own * own).sum()) > 0.75, delta[5]  # view 5's own orbit stays
+    left = np.linalg.norm(centres(corrected(pose, cameras)) - given, axis=1)
+    assert left[5] > 0.05 and np.delete(left, 5).max() < 0.25 * left[5], left
 
 
 def test_pose_refinement_recovers_the_cameras_of_a_scene_it_must_match() -> None:

@@ -1,5 +1,5 @@
 """Per-view pose refinement: a learned SE(3) correction of each training camera, turning about the
-point the camera looks at, and kept free of motions of the whole scene."""
+point the camera looks at, and kept free of motions of the whole scene and of a common orbit."""
 
 from __future__ import annotations
 
@@ -78,6 +78,13 @@ def similarity_directions(viewmats: Tensor, depths: Tensor) -> Tensor:
     return torch.stack(columns, dim=1)
 
 
+def common_orbit_directions(n_views: int) -> Tensor:
+    """[6N, 2]: every view's correction (:class:`SE3PoseRefinement`'s ``delta``, flattened) orbiting
+    its camera by the same angle about its own x axis (up or down, towards the image's top or bottom)
+    and about its own y axis (sideways): the mean orbit over views."""
+    return torch.eye(6, dtype=torch.float64)[:, :2].repeat(n_views, 1)
+
+
 def orthonormal_basis(directions: Tensor) -> Tensor:
     """An orthonormal basis [M, r] of the span of ``directions`` [M, K]; directions that a degenerate
     camera layout makes dependent count once."""
@@ -100,7 +107,10 @@ class SE3PoseRefinement(ViewCorrection):
     fit each. After every update, the part of the corrections that a motion of the whole scene
     (a turn, scale or shift of everything, which the training images cannot see) would explain is
     removed: the cameras stay in the frame of the given poses, as the test views, the sparse points
-    and exports do, and the scene, learned from the same poses, stays there with them.
+    and exports do, and the scene, learned from the same poses, stays there with them. So is their
+    mean orbit (:func:`common_orbit_directions`): every camera orbiting the same way, with the
+    scene deformed to match, is seen only through small parallax, and the corrections drift along
+    it; pose errors independent from view to view have none of it.
 
     Needs a renderer that passes gradients to the camera poses (cpu, torch, gsplat).
 
@@ -117,7 +127,7 @@ class SE3PoseRefinement(ViewCorrection):
         self.delta = torch.nn.Parameter(torch.zeros(n_views, 6))  # [w | tau]
         self.register_buffer("depths", torch.ones(n_views))  # d_i, saved: the corrections' meaning
         self.register_buffer("given", torch.zeros(0, 4, 4), persistent=False)  # the cameras, from setup
-        self._gauge: Optional[Tensor] = None  # orthonormal basis [6N, r] of similarity_directions
+        self._gauge: Optional[Tensor] = None  # orthonormal basis [6N, r] of the directions removed
 
     def setup(self, cameras: List[Camera], points: Tensor, scene_scale: float) -> None:
         """Pivot depths from the initial Gaussians ``points`` (``scene_scale`` where a camera sees none)."""
@@ -131,12 +141,14 @@ class SE3PoseRefinement(ViewCorrection):
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     def after_update(self) -> None:
-        """Remove the part of the corrections that a motion of the whole scene explains (their
-        orthogonal projection, in parameter space, off :func:`similarity_directions`)."""
+        """Remove the part of the corrections that a motion of the whole scene or a common orbit
+        explains (their orthogonal projection, in parameter space, off :func:`similarity_directions`
+        and :func:`common_orbit_directions`)."""
         if len(self.given) != self.n_views:
             return
         if self._gauge is None:
-            directions = similarity_directions(self.given.cpu(), self.depths.double().cpu())
+            directions = torch.cat([similarity_directions(self.given.cpu(), self.depths.double().cpu()),
+                                    common_orbit_directions(self.n_views)], dim=1)
             self._gauge = orthonormal_basis(directions).to(self.delta)
         with torch.no_grad():
             flat = self.delta.view(-1)
