@@ -75,7 +75,7 @@ import splattrain.engine.run_files as run_files
 run_files.open_run_dir = timed("run dir + writers", run_files.open_run_dir)
 trainer.validate = timed("validation", trainer.validate)
 t1 = (time.perf_counter(), time.process_time())
-results = trainer.train()
+results = trainer.train(overwrite=True)  # the runs share one output folder
 mark("train()", t1)
 end = mark("child total", started)
 wall, cpu = phases.pop("train()")
