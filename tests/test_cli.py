@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +120,23 @@ def test_overrides_may_follow_options_and_usage_errors_are_one_line(tmp_path):
     assert_one_line_error(run_cli("fit", "--config", str(cfg), "--bogus"), "--bogus")
     assert_one_line_error(run_cli("fit", "--config", str(cfg), "--dry-run", "notakey"), "notakey")
     assert_one_line_error(run_cli("fitt"), "fitt")
+
+
+SPINCOUNT_PROBE = (
+    "import os, sys\n"
+    "sys.argv = ['splattrain', 'list', 'hooks']\n"
+    "from splattrain.cli import main\n"
+    "main()\n"
+    "import torch\n"  # loaded after the command line set it, as in a real run
+    "print('GOMP_SPINCOUNT=' + os.environ.get('GOMP_SPINCOUNT', 'unset'))\n"
+)
+
+
+@pytest.mark.parametrize("given, expected", [(None, "10000"), ("250", "250")])
+def test_the_command_line_shortens_openmp_spinning_unless_the_environment_says(given, expected):
+    env = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
+    if given is not None:
+        env["GOMP_SPINCOUNT"] = given
+    done = subprocess.run([sys.executable, "-c", SPINCOUNT_PROBE], capture_output=True, text=True, env=env, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == f"GOMP_SPINCOUNT={expected}"
