@@ -14,7 +14,7 @@ from dist_launch import free_port
 from splattrain.data.loading import load_scene
 from splattrain.data.pipeline import DataPipeline
 from splattrain.distributed import DistContext
-from splattrain.distributed.sync import all_reduce_flat, buckets, parameter_checksums, start_all_reduce
+from splattrain.distributed.sync import buckets, parameter_checksums, start_all_reduce
 from splattrain.hooks.dist_check import DistributedCheckHook, ReplicaDivergenceError
 from splattrain.strategy.default import DefaultStrategy
 from splattrain.strategy.mcmc import MCMCStrategy

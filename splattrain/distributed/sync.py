@@ -85,22 +85,14 @@ def start_all_reduce(tensors: Sequence[Tensor], op: dist.ReduceOp = dist.ReduceO
     return PendingReduce(groups, flats, works, sum(f.numel() * f.element_size() for f in flats))
 
 
-def all_reduce_flat(tensors: Sequence[Tensor], op: dist.ReduceOp = dist.ReduceOp.SUM, scale: float = 1.0,
-                    max_bytes: int = BUCKET_BYTES, timings: Optional[Dict[str, float]] = None,
-                    views: Optional[List[Tensor]] = None) -> int:
-    """All-reduce ``tensors`` in place, flattened into buckets, then multiply by ``scale``;
-    returns the bytes sent per rank (the sum of the buckets' sizes). ``timings`` (optional) adds
-    the seconds spent packing (``pack``), in the collective (``all_reduce``) and unpacking (``unpack``).
-    With a ``views`` list the results are not copied back: it receives, per tensor, a view of its
-    bucket shaped like it (for gradients the caller rebinds, saving a copy)."""
-    pending = start_all_reduce(tensors, op, max_bytes, timings)
-    results = pending.finish(scale, timings)
-    if views is not None:
-        views.extend(results)
-    else:
-        for tensor, result in zip(tensors, results):
-            if result.data_ptr() != tensor.data_ptr():  # reduced in place otherwise
-                tensor.copy_(result)
+def all_reduce_flat(tensors: Sequence[Tensor], op: dist.ReduceOp = dist.ReduceOp.SUM,
+                    max_bytes: int = BUCKET_BYTES) -> int:
+    """All-reduce ``tensors`` in place, flattened into buckets; returns the bytes sent per rank
+    (the sum of the buckets' sizes)."""
+    pending = start_all_reduce(tensors, op, max_bytes)
+    for tensor, result in zip(tensors, pending.finish()):
+        if result.data_ptr() != tensor.data_ptr():  # reduced in place otherwise
+            tensor.copy_(result)
     return pending.nbytes
 
 
