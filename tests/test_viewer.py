@@ -307,3 +307,22 @@ def test_paused_time_counts_in_neither_rate_nor_eta():
         time.sleep(0.3)
         progress.set_paused(False, 0)
         assert progress.rate(10) > 100.0  # 10 steps in the few ms not paused (0.3 s paused: 33/s)
+
+
+def test_cameras_option_starts_with_the_frustums_hidden_and_the_checkbox_shows_them(tmp_path):
+    trainer = build(tmp_path, 2, "default_hooks:\n  viewer: {port: 0, cameras: false}\n")
+    viewer = viewer_of(trainer)
+    seen = {}
+
+    class Look(Hook):
+        def after_train_iter(self, trainer, step, batch, outputs):
+            if step == 1:
+                handles = viewer.server.camera_handles
+                seen["start"] = (len(handles), viewer.server.cameras_control.value, any(h.visible for h in handles))
+                viewer.server.cameras_control.value = True
+                viewer.server.show_cameras(True)
+                seen["shown"] = all(h.visible for h in handles)
+
+    trainer.register_hook(Look())
+    trainer.train()
+    assert seen["start"] == (58, False, False) and seen["shown"]

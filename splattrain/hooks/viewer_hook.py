@@ -36,6 +36,7 @@ class ViewerHook(Hook):
         render_mode: initial mode: rgb, depth or alpha.
         refresh: initial seconds between re-renders of a still view while training (0.1..600); the
             image is sent only when it changed visibly (each costs a browser without a GPU a redraw of the page).
+        cameras: show the camera frustums at first (the page has a checkbox).
         thumbnails: show each training image on its camera frustum.
         paused: start paused (the page opens before the first step).
     """
@@ -43,7 +44,8 @@ class ViewerHook(Hook):
     priority = 97  # after the checkpoint and timer hooks, before AutoCheckpointHook's safe point
 
     def __init__(self, port: int = 8080, host: str = "127.0.0.1", resolution: int = 512, train_share: float = 0.9,
-                 render_mode: str = "rgb", refresh: float = 10.0, thumbnails: bool = True, paused: bool = False) -> None:
+                 render_mode: str = "rgb", refresh: float = 10.0, cameras: bool = True,
+                 thumbnails: bool = True, paused: bool = False) -> None:
         super().__init__()
         from ..errors import ConfigError
         from ..viewer.images import RENDER_MODES
@@ -63,6 +65,7 @@ class ViewerHook(Hook):
         self.train_share = float(train_share)
         self.render_mode = render_mode
         self.refresh = float(refresh)
+        self.cameras = bool(cameras)
         self.thumbnails = thumbnails
         self.start_paused = paused
         self.server = None
@@ -82,7 +85,7 @@ class ViewerHook(Hook):
         from ..viewer.session import add_scene_cameras
 
         settings = ViewerSettings(mode=self.render_mode, resolution=self.resolution, train_share=self.train_share,
-                                  refresh=self.refresh)
+                                  refresh=self.refresh, show_cameras=self.cameras)
         self.server = ViewerServer(self.host, self.port, title=f"splattrain: {trainer.cfg.name}", training=True,
                                    settings=settings)
         self.service = ViewService(self.server, trainer.renderer, trainer.background, trainer.run_dir / "viewer",
