@@ -23,6 +23,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 import torch
 from torch import Tensor
 
+from .render.cpu.threads import loop_threads
+
 #: The hyperparameters torch.optim.Adam keeps per group (so state dicts are interchangeable).
 ADAM_DEFAULTS: Dict[str, Any] = {
     "lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0, "amsgrad": False, "maximize": False,
@@ -190,7 +192,7 @@ def _step_compiled(entries: List[tuple], visible: Optional[Tensor]) -> None:
     entries[0][0].library.handle.splat_adam_step_f32(
         *pointers, (ctypes.c_int64 * count)(*rows), (ctypes.c_int64 * count)(*row_sizes),
         (ctypes.c_double * len(scalars))(*scalars), count,
-        None if mask is None else mask.data_ptr(), torch.get_num_threads(),
+        None if mask is None else mask.data_ptr(), loop_threads(),
     )
 
 

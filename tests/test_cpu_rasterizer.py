@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from typing import Dict, List, Tuple
 
@@ -33,6 +34,7 @@ from splattrain.model.gaussians import GaussianModel
 from splattrain.registry import RENDERERS
 from splattrain.render import cpu, projection, torch_rasterizer
 from splattrain.render.cpu import build
+from splattrain.render.cpu import threads as cpu_threads
 from splattrain.render.cpu_renderer import CpuRenderer
 from splattrain.render import TorchRenderer, build_renderer, sh_colors
 from test_rasterizer import PARAM_NAMES, Scene, assert_grad_close, make_cameras, make_scene, run
@@ -325,33 +327,69 @@ def test_results_do_not_depend_on_threads():
         assert torch.equal(results[0].grads[name], results[1].grads[name]), name
 
 
-@pytest.mark.skipif(
-    not sys.platform.startswith("linux") or "OpenMP" not in torch.__config__.parallel_info(),
-    reason="shares PyTorch's OpenMP runtime through Linux /proc/self/maps",
-)
-def test_parallel_loops_run_on_pytorchs_openmp_team(library):
-    """No second set of threads competes for the cores with PyTorch's spinning ones."""
-    assert build.share_openmp_runtime() is not None
-    assert library.shares_openmp_team
-
-
-def test_own_threads_give_the_same_results_as_the_openmp_team(library):
-    """Where no OpenMP runtime is shared, the library's own threads do the same work."""
+def test_worker_threads_give_the_same_results_as_one_thread(library):
+    """The library's loops split work dynamically; every split adds the same numbers in the same order."""
     scene = make_scene(21, n=400, width=64, height=48, n_cams=2)
+    previous = torch.get_num_threads()
     results = []
     try:
-        for team in (True, False):
-            library.use_openmp_team(team)
-            for threads in (1, 2):
-                torch.set_num_threads(threads)
-                results.append(run(cpu.rasterize, scene, backgrounds=torch.ones(2, 3)))
-        assert not library.shares_openmp_team
+        for threads in (1, 2, 3, 1):
+            torch.set_num_threads(threads)
+            results.append(run(cpu.rasterize, scene, backgrounds=torch.ones(2, 3)))
     finally:
-        library.use_openmp_team(True)
+        torch.set_num_threads(previous)
     for other in results[1:]:
         assert torch.equal(results[0].render, other.render)
         for name in PARAM_NAMES:
             assert torch.equal(results[0].grads[name], other.grads[name]), name
+
+
+def test_training_gives_the_library_the_threads_and_pytorch_one(library):
+    """While training runs, PyTorch's own operations get one thread and the library's loops the
+    process's count; both are restored afterwards."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        renderer = CpuRenderer()
+        with renderer.training_threads() as threads:
+            assert (threads, torch.get_num_threads(), cpu_threads.loop_threads()) == (2, 1, 2)
+            with renderer.training_threads():  # nested: keeps the split
+                assert (torch.get_num_threads(), cpu_threads.loop_threads()) == (1, 2)
+            assert (torch.get_num_threads(), cpu_threads.loop_threads()) == (1, 2)
+        assert (torch.get_num_threads(), cpu_threads.loop_threads()) == (2, 2)
+        torch.set_num_threads(1)
+        assert cpu_threads.loop_threads() == 1  # outside training the library follows PyTorch
+    finally:
+        torch.set_num_threads(previous)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks the process")
+def test_a_forked_child_runs_parallel_loops(library):
+    """A child forked after the workers started has none of them (and may inherit a held lock):
+    it gets a fresh pool and its renders equal the parent's."""
+    scene = make_scene(5, n=300, width=48, height=32, n_cams=1)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        parent = run(cpu.rasterize, scene).render
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: render, report, exit without running the parent's clean-up
+            try:
+                same = torch.equal(run(cpu.rasterize, scene).render, parent)
+                os.write(write, b"1" if same else b"0")
+            finally:
+                os._exit(0)
+        os.close(write)
+        deadline = time.monotonic() + 60
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                pytest.fail("the forked child hung")
+            time.sleep(0.05)
+        assert os.read(read, 1) == b"1"
+    finally:
+        torch.set_num_threads(previous)
 
 
 @pytest.mark.parametrize("channels", [3, 4])

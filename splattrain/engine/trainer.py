@@ -156,7 +156,8 @@ class DefaultTrainer:
         lock = run_files.lock_run_dir(self)
         try:
             resumed = run_files.check_run_dir(self, resume, overwrite)
-            return self._run(resumed)
+            with self.renderer.training_threads():
+                return self._run(resumed)
         finally:
             self.data.close()
             lock.release()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
@@ -89,3 +90,8 @@ class Renderer(ABC):
     ) -> RenderResult:
         """Render ``model`` from ``cameras`` using SH up to ``sh_degree`` over ``background`` [3];
         ``depth`` False leaves ``RenderResult.depth`` None and skips its work (training steps)."""
+
+    def training_threads(self) -> AbstractContextManager:
+        """The trainer runs training inside this context: a backend that runs threads of its own
+        arranges the process's threads for it here (default: changes nothing)."""
+        return nullcontext()

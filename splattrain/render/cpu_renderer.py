@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Callable, List, Optional, Tuple
 
@@ -14,6 +15,7 @@ from ..model.gaussians import GaussianModel
 from ..registry import RENDERERS
 from .base import Renderer, RenderResult
 from .cpu import BuildError, composite, load_library, project, sh_colors
+from .cpu.threads import cores_for_the_library
 from .pose_grad import merge_results, moved_gaussians
 from .projection import Projection
 
@@ -25,6 +27,11 @@ class CpuRenderer(Renderer):
     """Compiled C++ rasterizer for the CPU, all cores (built on first use; needs a C++ compiler)."""
 
     supports_pose_grad = True  # through the Gaussians: see render/pose_grad.py
+
+    def training_threads(self) -> AbstractContextManager:
+        """The library's loops get the process's threads and PyTorch's own operations one (see
+        ``cpu/threads.py``)."""
+        return cores_for_the_library()
 
     def render(
         self, model: GaussianModel, cameras: List[Camera], sh_degree: int, background: Tensor, depth: bool = True

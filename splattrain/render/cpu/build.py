@@ -2,8 +2,7 @@
 
 The library is plain C++17 with a C ABI (no Python or PyTorch headers), so it compiles in
 seconds with any C++ compiler and does not depend on the torch version. Its parallel loops run
-on PyTorch's OpenMP thread team when the process's OpenMP runtime can be shared with it (see
-:func:`share_openmp_runtime`), else on threads of its own. It is cached under
+on threads of its own (``worker_pool.h``; how many: ``threads.loop_threads``). It is cached under
 ``$SPLATTRAIN_CACHE`` (default ``$XDG_CACHE_HOME/splattrain`` or ``~/.cache/splattrain``) in
 ``ext/``, named by a hash of the source, the flags and the platform, so later processes load
 it without compiling. The compiler is ``$CXX``, else the first of c++, g++, clang++ on PATH.
@@ -25,7 +24,7 @@ from typing import Callable, List, Optional, Tuple
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("rasterize.cpp", "project.cpp", "ssim.cpp", "adam.cpp", "stats.cpp"))
 HEADERS = tuple(Path(__file__).with_name(name) for name in (
-    "common.h", "isa_variants.inc", "composite_tile.inc", "binning.inc", "project_lanes.inc", "sh_lanes.inc",
+    "common.h", "worker_pool.h", "isa_variants.inc", "composite_tile.inc", "binning.inc", "project_lanes.inc", "sh_lanes.inc",
 ))
 FLAGS = ("-std=c++17", "-O3", "-fno-math-errno", "-fno-trapping-math", "-fopenmp-simd", "-fPIC", "-shared", "-pthread")
 BUILD_TIMEOUT_S = 300
@@ -49,17 +48,6 @@ class Library:
     handle: ctypes.CDLL
     path: Path
     built: bool
-
-    @property
-    def shares_openmp_team(self) -> bool:
-        """Whether parallel loops run on the calling thread's OpenMP team (PyTorch's threads)
-        rather than on threads the library starts itself."""
-        return bool(self.handle.splat_shares_openmp_team())
-
-    def use_openmp_team(self, enable: bool) -> bool:
-        """Run parallel loops on the OpenMP team when one is shared (``enable``), or on the
-        library's own threads; returns :attr:`shares_openmp_team` afterwards."""
-        return bool(self.handle.splat_use_openmp_team(int(enable)))
 
     @property
     def instruction_sets(self) -> Tuple[str, ...]:
@@ -197,8 +185,6 @@ def _declare(handle: ctypes.CDLL) -> None:
                                                ptr, ptr, ptr], None
     adam = handle.splat_adam_step_f32
     adam.argtypes, adam.restype = [ptr] * 7 + [i32, ptr, i32], None
-    handle.splat_shares_openmp_team.argtypes, handle.splat_shares_openmp_team.restype = [], i32
-    handle.splat_use_openmp_team.argtypes, handle.splat_use_openmp_team.restype = [i32], i32
     handle.splat_widest_isa.argtypes, handle.splat_widest_isa.restype = [], i32
     handle.splat_use_isa.argtypes, handle.splat_use_isa.restype = [i32], i32
 
@@ -228,30 +214,6 @@ def loaded_library() -> Optional[Library]:
     return _LOADED
 
 
-OPENMP_RUNTIMES = ("libgomp", "libomp", "libiomp5")
-
-
-def share_openmp_runtime() -> Optional[Path]:
-    """Make the OpenMP runtime this process already loaded visible to libraries loaded later
-    (PyTorch's own first when several are loaded), so the rasterizer runs its parallel loops
-    on PyTorch's thread team. Returns the runtime's path, or None (none loaded, or not Linux:
-    the library then starts threads of its own)."""
-    maps = Path("/proc/self/maps")
-    if not maps.is_file():
-        return None
-    loaded = {Path(fields[5]) for fields in (line.split(maxsplit=5) for line in maps.read_text().splitlines())
-              if len(fields) == 6}
-    runtimes = [path for path in loaded if path.name.startswith(OPENMP_RUNTIMES) and ".so" in path.name]
-    torch_lib = Path(sys.modules["torch"].__file__).parent / "lib" if "torch" in sys.modules else None
-    for path in sorted(runtimes, key=lambda path: (path.parent != torch_lib, str(path))):
-        try:
-            ctypes.CDLL(str(path), mode=os.RTLD_GLOBAL | getattr(os, "RTLD_NOLOAD", 0))
-        except OSError:
-            continue
-        return path
-    return None
-
-
 def _load(log: Optional[Callable[[str], None]]) -> Library:
     try:
         path = library_path()
@@ -263,7 +225,6 @@ def _load(log: Optional[Callable[[str], None]]) -> Library:
         if log is not None:
             log(f"compiling the CPU rasterizer (first use, a few seconds) into {path.parent}")
         _compile(cxx, path)
-    share_openmp_runtime()
     try:
         handle = ctypes.CDLL(str(path))
         _declare(handle)

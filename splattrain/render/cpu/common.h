@@ -4,10 +4,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <functional>
-#include <memory>
-#include <system_error>
-#include <thread>
+
+#include "worker_pool.h"
 
 namespace splat {
 
@@ -55,60 +53,14 @@ inline Isa active_isa() {
     return chosen < 0 ? widest_isa() : static_cast<Isa>(chosen);
 }
 
-// libgomp's entry point for a parallel region, present when the process's OpenMP runtime (the
-// one PyTorch uses: libgomp, or LLVM's and Intel's runtimes, which export it too) is visible to
-// this library; build.py makes it so. Weak, so the library also loads without one.
-extern "C" void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags)
-    __attribute__((weak));
-
-// Whether parallel_for may use that team (switched off to use the library's own threads).
-inline std::atomic<bool> openmp_team_enabled{true};
-
-inline bool uses_openmp_team() { return GOMP_parallel != nullptr && openmp_team_enabled.load(); }
-
-// Runs body(i) for i in [0, n) on up to `threads` threads, which take indices from a shared
-// counter (dynamic scheduling); the calling thread is one of them.
-//
-// With an OpenMP runtime the work runs on the calling thread's OpenMP team: PyTorch's threads,
-// which after each PyTorch operation spin for a while before sleeping. Fresh threads would
-// compete with those spinning ones for the cores; the team takes the work at once.
-//
-// Without one, helpers are std::threads, detached, and the caller waits only for the indices
-// taken, so on a busy machine a helper that has not started yet costs nothing: it later finds
-// no work and exits (touching only the shared counters).
+// Runs body(i) for i in [0, n) on up to `threads` threads (the caller and the library's workers,
+// worker_pool.h), which take indices from a shared counter (dynamic scheduling). The caller waits
+// only for indices already taken. A nested or concurrent call runs on the calling thread alone.
 template <typename F>
 void parallel_for(int64_t n, int threads, F&& body) {
-    struct State {
-        std::atomic<int64_t> next{0}, done{0};
-        int64_t n = 0;
-        std::function<void(int64_t)> task;
-    };
-    auto state = std::make_shared<State>();
-    state->n = n;
-    state->task = std::ref(body);
-    auto work = [](const std::shared_ptr<State>& st) {
-        for (int64_t i = st->next.fetch_add(1); i < st->n; i = st->next.fetch_add(1)) {
-            st->task(i);
-            st->done.fetch_add(1, std::memory_order_release);
-        }
-    };
     const int team = static_cast<int>(std::min<int64_t>(threads, n));
-    if (team > 1 && uses_openmp_team()) {
-        GOMP_parallel(
-            [](void* data) {
-                State& st = *static_cast<State*>(data);
-                for (int64_t i = st.next.fetch_add(1); i < st.n; i = st.next.fetch_add(1)) st.task(i);
-            },
-            state.get(), static_cast<unsigned>(team), 0);
-        return;
-    }
-    const int helpers = team - 1;
-    try {
-        for (int t = 0; t < helpers; ++t) std::thread(work, state).detach();
-    } catch (const std::system_error&) {  // no more threads: the caller does the rest
-    }
-    work(state);
-    while (state->done.load(std::memory_order_acquire) < n) std::this_thread::yield();
+    if (team > 1 && worker_pool().run(n, team, body)) return;
+    for (int64_t i = 0; i < n; ++i) body(i);
 }
 
 }  // namespace splat

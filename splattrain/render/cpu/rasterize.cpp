@@ -397,16 +397,6 @@ void composite_backward(const Scene<S>& s, int threads, const S* trans, const in
 SPLAT_EXPORTS(float, f32)
 SPLAT_EXPORTS(double, f64)
 
-// Lets parallel loops use the process's OpenMP team (enable != 0) or not; returns 1 when they
-// now run on it, 0 when on threads of their own.
-extern "C" int splat_use_openmp_team(int enable) {
-    splat::openmp_team_enabled.store(enable != 0);
-    return splat::uses_openmp_team() ? 1 : 0;
-}
-
-// 1 when parallel loops run on the process's OpenMP team, 0 when on threads of their own.
-extern "C" int splat_shares_openmp_team() { return splat::uses_openmp_team() ? 1 : 0; }
-
 // The widest instruction set the compositing kernels can use here (0 baseline, 1 AVX2 + FMA,
 // 2 AVX-512).
 extern "C" int splat_widest_isa() { return static_cast<int>(splat::widest_isa()); }

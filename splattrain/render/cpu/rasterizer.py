@@ -1,7 +1,7 @@
 """The compiled CPU rasterizer: projection, SH colours, tile binning and compositing in C++.
 
 Each stage is a ``torch.autograd.Function`` (or a no-grad call) around the library built from
-``project.cpp`` and ``rasterize.cpp``, running on ``torch.get_num_threads()`` threads with
+``project.cpp`` and ``rasterize.cpp``, running on ``loop_threads()`` threads with
 hand-written backward passes. The rules, outputs and ``info`` are those of
 :func:`splattrain.render.torch_rasterizer.rasterize` and of ``sh_colors``, the references this
 backend is tested against. Gradients reach the Gaussians' parameters, colours and backgrounds,
@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ..projection import Projection, TileIntersections, gsplat_info
 from .build import load_library
+from .threads import loop_threads
 
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
@@ -54,7 +55,7 @@ class _Project(torch.autograd.Function):
             means.new_empty(n_cams, n_gauss),
         )
         _fn("project_forward", means.dtype)(
-            *_ptrs(*inputs, *cams), n_cams, n_gauss, *settings, torch.get_num_threads(),
+            *_ptrs(*inputs, *cams), n_cams, n_gauss, *settings, loop_threads(),
             *_ptrs(radii, *outputs),
         )
         ctx.save_for_backward(*inputs, *cams)
@@ -69,7 +70,7 @@ class _Project(torch.autograd.Function):
         results = tuple(torch.empty_like(t) for t in inputs)
         _fn("project_backward", inputs[0].dtype)(
             *_ptrs(*inputs, viewmats, Ks), viewmats.shape[0], inputs[0].shape[0], *ctx.settings,
-            torch.get_num_threads(), *_ptrs(*grads, *results),
+            loop_threads(), *_ptrs(*grads, *results),
         )
         return (*results, None, None, None)
 
@@ -110,7 +111,7 @@ class _SHColors(torch.autograd.Function):
         colors = means.new_empty(n_cams, n_gauss, 3)
         _fn("sh_forward", means.dtype)(
             *_ptrs(*inputs), shN.shape[1], viewmats.data_ptr(), n_cams, n_gauss, degree,
-            torch.get_num_threads(), colors.data_ptr(),
+            loop_threads(), colors.data_ptr(),
         )
         ctx.save_for_backward(*inputs, viewmats)
         ctx.degree = degree
@@ -123,7 +124,7 @@ class _SHColors(torch.autograd.Function):
         grad_colors = grad_colors.contiguous()
         _fn("sh_backward", means.dtype)(
             *_ptrs(means, sh0, shN), shN.shape[1], viewmats.data_ptr(), viewmats.shape[0],
-            means.shape[0], ctx.degree, torch.get_num_threads(), *_ptrs(grad_colors, *results),
+            means.shape[0], ctx.degree, loop_threads(), *_ptrs(grad_colors, *results),
         )
         return (*results, None, None)
 
@@ -167,14 +168,14 @@ def intersect_tiles(
     pointers = (means2d.data_ptr(), *(None if t is None else t.data_ptr() for t in shape))
     n_isects = _fn("bin_count", means2d.dtype)(
         pointers[0], radii.data_ptr(), *pointers[1:], n_cams, n_gauss, tile_size, tile_width, tile_height,
-        width, height, torch.get_num_threads(), *_ptrs(tiles_per_gauss, rects, masks),
+        width, height, loop_threads(), *_ptrs(tiles_per_gauss, rects, masks),
     )
     isect_ids = torch.empty(n_isects, dtype=torch.int64)
     flatten_ids = torch.empty(n_isects, dtype=torch.int32)
     offsets = torch.empty(n_cams, tile_height, tile_width, dtype=torch.int32)
     _fn("bin_fill", means2d.dtype)(
         depths.data_ptr(), *pointers, n_cams, n_gauss, tile_size, tile_width, tile_height, width, height,
-        torch.get_num_threads(), *_ptrs(tiles_per_gauss, rects, masks, isect_ids, flatten_ids, offsets),
+        loop_threads(), *_ptrs(tiles_per_gauss, rects, masks, isect_ids, flatten_ids, offsets),
     )
     return TileIntersections(
         tile_size, tile_width, tile_height, tiles_per_gauss, isect_ids, flatten_ids, offsets
@@ -192,7 +193,7 @@ def _scene_args(
         *_ptrs(means2d, conics, opacities, colors, isects.isect_offsets, isects.flatten_ids),
         isects.flatten_ids.numel(), means2d.shape[0], means2d.shape[0] * means2d.shape[1],
         width, height, isects.tile_size, isects.tile_width, isects.tile_height, colors.shape[-1],
-        torch.get_num_threads(), reach.data_ptr(), None if backgrounds is None else backgrounds.data_ptr(),
+        loop_threads(), reach.data_ptr(), None if backgrounds is None else backgrounds.data_ptr(),
     )
 
 

@@ -14,6 +14,7 @@ from torch import Tensor
 
 from ...losses.ssim import register_ssim_kernel
 from .build import Library, loaded_library
+from .threads import loop_threads
 
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 _WINDOW = 11
@@ -36,7 +37,7 @@ class _SSIM(torch.autograd.Function):
         suffix = _SUFFIX[pred.dtype]
         dmaps = pred.new_empty(3, n * c, _padded_map_size(h), _padded_map_size(w)) if ctx.needs_input_grad[0] else None
         value = getattr(library.handle, f"splat_ssim_forward_{suffix}")(
-            pred.data_ptr(), target.data_ptr(), n, h, w, c, torch.get_num_threads(),
+            pred.data_ptr(), target.data_ptr(), n, h, w, c, loop_threads(),
             dmaps.data_ptr() if dmaps is not None else None,
         )
         ctx.save_for_backward(pred, target, dmaps)
@@ -49,7 +50,7 @@ class _SSIM(torch.autograd.Function):
         n, h, w, c = pred.shape
         grad = torch.empty_like(pred)
         getattr(ctx.library.handle, f"splat_ssim_backward_{_SUFFIX[pred.dtype]}")(
-            pred.data_ptr(), target.data_ptr(), n, h, w, c, torch.get_num_threads(), dmaps.data_ptr(),
+            pred.data_ptr(), target.data_ptr(), n, h, w, c, loop_threads(), dmaps.data_ptr(),
             float(grad_value), grad.data_ptr(),
         )
         return grad, None, None
