@@ -37,6 +37,7 @@ from splattrain.losses import photometric_loss
 from splattrain.registry import RENDERERS
 from splattrain.render.cpu import build
 from splattrain.render.cpu import rasterizer as cpu
+from splattrain.render.cpu.threads import cores_for_the_library, loop_threads
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -125,7 +126,7 @@ def main() -> None:
     timers = stage_timers(args.gaussians, args.checkpoint)
     measure = least_cpu_ms if args.cpu_time else median_ms
     scene = f"{args.checkpoint}" if args.checkpoint else f"{args.gaussians} Gaussians (random init)"
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, demo scene 128x128, {scene}, "
+    print(f"torch {torch.__version__}, {loop_threads()} threads, demo scene 128x128, {scene}, "
           f"{'least thread CPU time' if args.cpu_time else 'median wall time'} of {args.repeats}")
     print(f"{'stage':>24}" + "".join(f"{name:>10}" for name in sets) + "   (ms)")
     rows: Dict[str, List[float]] = {stage: [] for stage in timers}
@@ -141,4 +142,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with cores_for_the_library():  # the threads as training has them
+        main()

@@ -43,6 +43,7 @@ from splattrain.registry import RENDERERS  # noqa: E402
 from splattrain.render import cpu_renderer  # noqa: E402,F401  (registers the cpu renderer)
 from splattrain.render.cpu import build  # noqa: E402
 from splattrain.render.cpu import rasterizer as cpu  # noqa: E402
+from splattrain.render.cpu.threads import cores_for_the_library, loop_threads  # noqa: E402
 from splattrain.strategy import build_strategy  # noqa: E402
 
 WIDTH, HEIGHT = 1000, 667
@@ -189,7 +190,7 @@ def main() -> None:
     build.load_library(print)
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {WIDTH}x{HEIGHT} px, one view, "
+    print(f"torch {torch.__version__}, {loop_threads()} threads, {WIDTH}x{HEIGHT} px, one view, "
           f"median of {args.repeats}, load average {load}")
     cam = camera()
     target = torch.rand(1, HEIGHT, WIDTH, 3, generator=torch.Generator().manual_seed(1))
@@ -233,4 +234,5 @@ def main() -> None:
               f"(largest relative residual {worst:.1%})")
 
 if __name__ == "__main__":
-    main()
+    with cores_for_the_library():  # the threads as training has them
+        main()

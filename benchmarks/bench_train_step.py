@@ -80,10 +80,11 @@ def step_timer(renderer: Renderer, model: GaussianModel, sh_degree: int) -> Call
     background = torch.ones(3)
 
     def step(cameras: List[Camera], target: torch.Tensor) -> float:
-        start = time.perf_counter()
-        result = renderer.render(model, cameras, sh_degree, background, depth=False)  # as the trainer does
-        photometric_loss(result.rgb, target)["loss"].backward()
-        elapsed = time.perf_counter() - start
+        with renderer.training_threads():  # the threads as training has them
+            start = time.perf_counter()
+            result = renderer.render(model, cameras, sh_degree, background, depth=False)  # as the trainer does
+            photometric_loss(result.rgb, target)["loss"].backward()
+            elapsed = time.perf_counter() - start
         for param in model.params.values():
             param.grad = None
         return elapsed
