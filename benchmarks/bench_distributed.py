@@ -68,10 +68,10 @@ class Turns:
 
 def make_probe(name: str, threads: int, block: int, turns: Turns):
     """A hook that times every step of its trainer and takes turns with the others at block ends."""
-    import torch
     import torch.distributed as dist
 
     from splattrain.engine.setup import rng_states, set_rng_states
+    from splattrain.render.cpu.threads import set_loop_threads
     from splattrain.hooks import Hook
 
     class Probe(Hook):
@@ -85,7 +85,7 @@ def make_probe(name: str, threads: int, block: int, turns: Turns):
 
         def _wait_turn(self, trainer) -> None:
             turns.wait(name)
-            torch.set_num_threads(threads)
+            set_loop_threads(threads)  # the compiled library's loops; PyTorch's operations keep one thread
             set_rng_states(self.rng)
             if trainer.dist.enabled:
                 dist.barrier()  # rank 1 waits here while rank 0's one-rank trainers run

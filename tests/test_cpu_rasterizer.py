@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from typing import Dict, List, Tuple
@@ -357,8 +358,18 @@ def test_training_gives_the_library_the_threads_and_pytorch_one(library):
                 assert (torch.get_num_threads(), cpu_threads.loop_threads()) == (1, 2)
             assert (torch.get_num_threads(), cpu_threads.loop_threads()) == (1, 2)
         assert (torch.get_num_threads(), cpu_threads.loop_threads()) == (2, 2)
+        with renderer.training_threads():
+            cpu_threads.set_loop_threads(3)
+            assert (torch.get_num_threads(), cpu_threads.loop_threads()) == (1, 3)
+            other = []  # another thread has a split of its own (as PyTorch's count is the thread's own)
+            worker = threading.Thread(target=lambda: other.append((cpu_threads.loop_threads(), torch.get_num_threads())))
+            worker.start()
+            worker.join()
+            assert other[0][0] == other[0][1] != 3
         torch.set_num_threads(1)
         assert cpu_threads.loop_threads() == 1  # outside training the library follows PyTorch
+        with pytest.raises(RuntimeError):
+            cpu_threads.set_loop_threads(2)
     finally:
         torch.set_num_threads(previous)
 
