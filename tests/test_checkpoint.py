@@ -51,6 +51,25 @@ def test_checksum_detects_truncation_and_bit_flips(tmp_path):
         load_checkpoint_file(tmp_path / "plain.pt")
 
 
+def test_checkpoints_of_the_bytes_payload_format_still_load(tmp_path):
+    """Earlier checkpoints held their payload as bytes; the current ones as a uint8 tensor."""
+    import hashlib
+    import io
+
+    buffer = io.BytesIO()
+    torch.save({"step": 7, "x": torch.rand(100_000, generator=torch.Generator().manual_seed(0))}, buffer)
+    payload = buffer.getvalue()
+    torch.save({"format": "splattrain-checkpoint/1", "sha256": hashlib.sha256(payload).hexdigest(),
+                "payload": payload}, tmp_path / "old.pt")
+    old = load_checkpoint_file(tmp_path / "old.pt")
+    assert old["step"] == 7 and old["x"].shape == (100_000,)
+    save_checkpoint_file(old, tmp_path / "new.pt")
+    wrapper = torch.load(tmp_path / "new.pt", weights_only=True)
+    assert wrapper["payload"].dtype == torch.uint8 and wrapper["payload"].numel() == len(payload)
+    assert torch.equal(load_checkpoint_file(tmp_path / "new.pt")["x"], old["x"])
+    assert (tmp_path / "new.pt").stat().st_size < 1.1 * len(payload) < (tmp_path / "old.pt").stat().st_size  # protocol 2 bytes grow
+
+
 def test_resume_latest_falls_back_to_newest_intact(tmp_path):
     ckpt = tmp_path / "ckpt"
     for step in (10, 20):

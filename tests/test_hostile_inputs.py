@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cli_check import assert_one_line_error, files_of, run_cli, trained, write_config  # noqa: F401
-from splattrain.checkpoint import FORMAT
+from splattrain.checkpoint import FORMAT, load_checkpoint_file
 
 
 class _WritesFile:
@@ -56,8 +56,7 @@ def test_old_format_checkpoint_is_refused_in_one_line(tmp_path, trained):
     """A 0.1.0 checkpoint stored numpy's RNG state as an ndarray, which is not plain data."""
     import numpy as np
 
-    state = torch.load(io.BytesIO(torch.load(trained / "ckpt" / "last.pt", weights_only=True)["payload"]),
-                       weights_only=True)
+    state = load_checkpoint_file(trained / "ckpt" / "last.pt")
     state["rng"]["numpy"] = np.random.get_state()
     buffer = io.BytesIO()
     torch.save(state, buffer)
