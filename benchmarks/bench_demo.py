@@ -3,12 +3,13 @@
     python benchmarks/bench_demo.py [dotted.key=value ...]
 
 Runs `splattrain fit --config configs/demo.yaml` in a subprocess (output in
-outputs/bench_demo/), then prints the wall-clock time and results.json.
+outputs/bench_demo/, replaced each time), then prints the wall-clock time and results.json.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def main() -> None:
     out = REPO / "outputs" / "bench_demo"
+    shutil.rmtree(out, ignore_errors=True)  # this benchmark's own run, replaced each time
     command = [sys.executable, "-m", "splattrain", "fit", "--config", str(REPO / "configs" / "demo.yaml"),
                f"output_dir={out}", *sys.argv[1:]]
     start = time.perf_counter()
