@@ -17,7 +17,6 @@
 #include <pthread.h>
 #include <system_error>
 #include <thread>
-#include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
