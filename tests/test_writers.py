@@ -80,6 +80,10 @@ def test_tensorboard_events_have_tags_steps_images_histograms_and_config(run):
     assert sorted(tags["images"]) == [f"val/{view}" for view in GRID_VIEWS]
     for image in events.Images("val/r_0"):
         assert (image.width, image.height) == (4 * SIZE, SIZE)  # render | truth | error | depth
+        # the same pixels as the image writer's file of that step
+        pixels = np.asarray(Image.open(io.BytesIO(image.encoded_image_string)))
+        saved = np.asarray(Image.open(run.dir / "images" / "val" / f"step_{image.step:06d}" / "r_0.png"))
+        assert pixels.shape == (SIZE, 4 * SIZE, 3) and np.array_equal(pixels, saved) and pixels.std() > 0
     assert [image.step for image in events.Images("val/r_0")] == STEPS
     for tag in ["gaussians/opacity", "gaussians/log_scale"]:
         histograms = events.Histograms(tag)

@@ -10,13 +10,8 @@ import numpy as np
 
 from ..registry import WRITERS
 from .base import Writer
+from .png import to_uint8
 from .rows import scalar_row
-
-
-def _uint8(image: np.ndarray) -> np.ndarray:
-    if image.dtype == np.uint8:
-        return image
-    return (np.clip(image, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
 
 
 @WRITERS.register("dvclive", aliases=("DvcliveWriter",))
@@ -56,7 +51,7 @@ class DvcliveWriter(Writer):
 
     def write_image(self, tag: str, image: np.ndarray, step: int) -> None:
         if self.images:
-            self._live.log_image(f"{tag}/{step:06d}.png", _uint8(image))
+            self._live.log_image(f"{tag}/{step:06d}.png", to_uint8(image))
 
     def write_config(self, config: Dict[str, Any], text: str) -> None:
         self._live.log_params(config)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
 from ..io.atomic import atomic_path
 from ..registry import WRITERS
 from .base import Writer
+from .png import png_bytes
 
 
 @WRITERS.register("image", aliases=("ImageWriter",))
@@ -23,7 +23,6 @@ class ImageWriter(Writer):
     def write_image(self, tag: str, image: np.ndarray, step: int) -> None:
         group, _, name = tag.rpartition("/")
         path = self.root / group / f"step_{step:06d}" / f"{name}.png"
-        if image.dtype != np.uint8:
-            image = (np.clip(image, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+        data = png_bytes(image)
         with atomic_path(path) as tmp:
-            Image.fromarray(image).save(tmp, format="PNG")
+            tmp.write_bytes(data)

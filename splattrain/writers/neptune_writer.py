@@ -11,6 +11,7 @@ import numpy as np
 
 from ..registry import WRITERS
 from .base import Writer
+from .png import to_uint8
 from .rows import scalar_row
 
 
@@ -77,9 +78,7 @@ class NeptuneWriter(Writer):
     def write_image(self, tag: str, image: np.ndarray, step: int) -> None:
         from neptune.types import File
 
-        if image.dtype != np.uint8:
-            image = (np.clip(image, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
-        self._run[tag].append(File.as_image(image), step=step)
+        self._run[tag].append(File.as_image(to_uint8(image)), step=step)
 
     def write_config(self, config: Dict[str, Any], text: str) -> None:
         from neptune.utils import stringify_unsupported

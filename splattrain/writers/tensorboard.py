@@ -9,6 +9,7 @@ import numpy as np
 
 from ..registry import WRITERS
 from .base import Writer
+from .png import png_bytes
 
 
 @WRITERS.register("tensorboard", aliases=("TensorboardWriter",))
@@ -25,7 +26,13 @@ class TensorboardWriter(Writer):
         self._writer.add_scalar(tag, float(value), step)
 
     def write_image(self, tag: str, image: np.ndarray, step: int) -> None:
-        self._writer.add_image(tag, image, step, dataformats="HWC")
+        # The summary add_image makes, from our own PNG (PyTorch's encodes at PIL's slower
+        # default level, after a float round trip): half the time of a validation's grids.
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        height, width = image.shape[:2]
+        picture = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=png_bytes(image))
+        self._writer.file_writer.add_summary(Summary(value=[Summary.Value(tag=tag, image=picture)]), step)
 
     def write_histogram(self, tag: str, values: np.ndarray, step: int) -> None:
         self._writer.add_histogram(tag, values, step)
