@@ -10,10 +10,13 @@ spread over depths 2 to 12 in front of one camera, SH degree 3. Per row:
   then a whole step (all of it, as the trainer runs it) timed on its own;
 - overlaps: Gaussian-tile pairs of whole bounding rectangles and of the tiles each ellipse
   reaches (what is composited);
-- memory: peak resident set of the step (Linux: the peak is reset per row) above the resident
-  set before the scene was made, per Gaussian, next to the exact bytes per Gaussian of the
-  parameters, gradients, Adam moments and strategy statistics (the remainder is renderer buffers,
-  autograd's saved tensors and the images).
+- memory, measured in a fresh process per row that only trains (Linux): the peak resident set
+  of a training step (the third; the kernel's peak mark is reset before it) above the resident
+  set before the scene was made, per Gaussian; the same less what a 1000-Gaussian scene's step
+  takes (the image-sized buffers of rendering and the loss, which do not grow with the
+  Gaussians); next to the exact bytes per Gaussian of the parameters, gradients, Adam moments
+  and strategy statistics (the remainder is renderer buffers, autograd's saved tensors and
+  memory the allocator keeps).
 
 It ends with a least-squares fit of step time against composited overlaps (ns per overlap plus
 a per-Gaussian term) and the largest relative residual.
@@ -25,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import resource
+import subprocess
 import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
@@ -47,6 +52,7 @@ from splattrain.render.cpu.threads import cores_for_the_library, loop_threads  #
 from splattrain.strategy import build_strategy  # noqa: E402
 
 WIDTH, HEIGHT = 1000, 667
+SMALL_SCENE = 1000  # Gaussians of the scene whose step measures the memory that does not grow with them
 
 
 def rss_mb() -> float:
@@ -100,6 +106,34 @@ def trained_like(count: int, seed: int = 0) -> GaussianModel:
     return GaussianModel(params, sh_degree=3)
 
 
+class TrainingStep:
+    """What DefaultTrainer.train_step does for one view: render, loss, backward, the default
+    strategy's statistics, the fused Adam of every parameter group."""
+
+    def __init__(self, model: GaussianModel, cam: Camera, target: torch.Tensor) -> None:
+        self.model, self.cam, self.target = model, cam, target
+        self.renderer = RENDERERS.build({"type": "cpu"})
+        self.background = torch.ones(3)
+        library = build.load_library()
+        self.optimizers = {name: GaussianAdam([{"params": [p], "lr": 1e-4, "name": name}], eps=1e-15, library=library)
+                           for name, p in model.params.items()}
+        self.strategy = build_strategy({"type": "default"}, self.renderer)
+        self.state = self.strategy.initialize_state(scene_scale=1.0)
+        self.info: Dict[str, object] = {}
+
+    def __call__(self) -> None:
+        params = self.model.params
+        result = self.renderer.render(self.model, [self.cam], 3, self.background, depth=False)
+        result.info["n_cameras"] = 1
+        self.strategy.step_pre_backward(params, self.optimizers, self.state, 1, result.info)
+        photometric_loss(result.rgb, self.target)["loss"].backward()
+        self.info = result.info
+        self.strategy.step_post_backward(params, self.optimizers, self.state, 1, result.info)
+        step_adam(self.optimizers.values())
+        for param in params.values():
+            param.grad = None
+
+
 def stage_timers(model: GaussianModel, cam: Camera, target: torch.Tensor) -> Tuple[Dict[str, Callable[[], object]], Dict]:
     """One callable per stage, plus the whole trainer-like step; and facts about the scene."""
     viewmats, Ks, width, height = stack_cameras([cam])
@@ -115,14 +149,8 @@ def stage_timers(model: GaussianModel, cam: Camera, target: torch.Tensor) -> Tup
     render, trans = cpu._Composite.apply(*inputs, isects, width, height)
     grads = (torch.randn_like(render), torch.randn_like(trans))
     image = render.detach().clamp(0, 1).requires_grad_()
-    renderer = RENDERERS.build({"type": "cpu"})
-    background = torch.ones(3)
-    library = build.load_library()
-    optimizers = {name: GaussianAdam([{"params": [p], "lr": 1e-4, "name": name}], eps=1e-15, library=library)
-                  for name, p in params.items()}
-    strategy = build_strategy({"type": "default"}, renderer)
-    state = strategy.initialize_state(scene_scale=1.0)
-    last: Dict[str, object] = {}
+    step = TrainingStep(model, cam, target)
+    optimizers, strategy, state = step.optimizers, step.strategy, step.state
 
     def sh() -> object:
         out = cpu.sh_colors(means, sh0, shN, viewmats, 3)
@@ -137,24 +165,12 @@ def stage_timers(model: GaussianModel, cam: Camera, target: torch.Tensor) -> Tup
         out = cpu._Composite.apply(*inputs, isects, width, height)
         return torch.autograd.grad(out, inputs, grads)
 
-    def step() -> None:  # what DefaultTrainer.train_step does for one view
-        result = renderer.render(model, [cam], 3, background, depth=False)
-        result.info["n_cameras"] = 1
-        strategy.step_pre_backward(params, optimizers, state, 1, result.info)
-        photometric_loss(result.rgb, target)["loss"].backward()
-        last["info"] = result.info
-        strategy.step_post_backward(params, optimizers, state, 1, result.info)
-        step_adam(optimizers.values())
-        for param in params.values():
-            param.grad = None
-
     step()  # gradients and optimizer state exist from here on
     for param in params.values():
         param.grad = torch.zeros_like(param)
 
     def statistics_update() -> None:
-        info = last["info"]
-        strategy.step_post_backward(params, optimizers, state, 1, info)
+        strategy.step_post_backward(params, optimizers, state, 1, step.info)
 
     timers = {
         "SH colours (fwd + bwd)": sh,
@@ -182,11 +198,42 @@ def exact_bytes(model: GaussianModel, facts: Dict) -> Dict[str, float]:
     return {"parameters": params / n, "gradients": params / n, "Adam moments": moments / n, "strategy statistics": stats / n}
 
 
+def step_memory(count: int) -> Dict[str, float]:
+    """In this (fresh) process: the resident set before a ``count``-Gaussian scene is made and the
+    peak of its third training step (MiB), nothing else alive but what training keeps."""
+    cam = camera()
+    target = torch.rand(1, HEIGHT, WIDTH, 3, generator=torch.Generator().manual_seed(1))
+    build.load_library()
+    gc.collect()
+    base = rss_mb()
+    model = trained_like(count)
+    for param in model.params.values():
+        param.requires_grad_(True)
+    step = TrainingStep(model, cam, target)
+    step()
+    step()  # gradients, moments and the allocator's pools as they stay
+    if not reset_peak():
+        return {"base": base, "peak": float("nan")}
+    step()
+    return {"base": base, "peak": peak_rss_mb()}
+
+
+def step_memory_in_child(count: int) -> Dict[str, float]:
+    """step_memory(count) in a new Python process (no other row's memory in its figures)."""
+    out = subprocess.run([sys.executable, __file__, "--memory-of", str(count)], check=True, capture_output=True,
+                         text=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--counts", type=int, nargs="+", default=[100_000, 300_000, 1_000_000])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--memory-of", type=int, help=argparse.SUPPRESS)  # the child of step_memory_in_child
     args = parser.parse_args()
+    if args.memory_of is not None:
+        print(json.dumps(step_memory(args.memory_of)))
+        return
     build.load_library(print)
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
@@ -196,19 +243,17 @@ def main() -> None:
     target = torch.rand(1, HEIGHT, WIDTH, 3, generator=torch.Generator().manual_seed(1))
     rows: List[Dict] = []
     for count in args.counts:
-        gc.collect()
-        before = rss_mb()
         model = trained_like(count)
         for param in model.params.values():
             param.requires_grad_(True)
         timers, facts = stage_timers(model, cam, target)
-        times = {name: median_ms(fn, 1, args.repeats) for name, fn in timers.items() if name != "whole step"}
-        resettable = reset_peak()
-        times["whole step"] = median_ms(timers["whole step"], 1, args.repeats)
-        peak = peak_rss_mb() if resettable else float("nan")
+        times = {name: median_ms(fn, 1, args.repeats) for name, fn in timers.items()}
         rows.append({"count": count, "times": times, **{k: facts[k] for k in ("overlaps", "snug", "visible")},
-                     "peak": peak, "before": before, "exact": exact_bytes(model, facts)})
+                     "exact": exact_bytes(model, facts), **step_memory_in_child(count)})
         del timers, facts, model
+    # what does not grow with the Gaussians: the image-sized buffers of rendering and the loss
+    fixed = step_memory_in_child(SMALL_SCENE)
+    fixed_mb = fixed["peak"] - fixed["base"]
     stages = list(rows[0]["times"])
     print(f"\n{'ms per step':>30}" + "".join(f"{r['count']:>12,}" for r in rows))
     for stage in stages:
@@ -218,9 +263,12 @@ def main() -> None:
     print(f"{'overlaps (composited)':>30}" + "".join(f"{r['snug']:>12,}" for r in rows))
     print(f"{'composite ns/overlap':>30}" + "".join(
         f"{r['times']['compositing fwd + bwd'] * 1e6 / max(r['snug'], 1):12.0f}" for r in rows))
-    print(f"{'peak RSS of the step MiB':>30}" + "".join(f"{r['peak']:12.0f}" for r in rows))
+    print(f"{'peak RSS of a step MiB':>30}" + "".join(f"{r['peak']:12.0f}" for r in rows))
     print(f"{'(peak - start) B/Gaussian':>30}" + "".join(
-        f"{(r['peak'] - r['before']) * 2**20 / r['count']:12.0f}" for r in rows))
+        f"{(r['peak'] - r['base']) * 2**20 / r['count']:12.0f}" for r in rows))
+    print(f"{'beyond the images B/Gaussian':>30}" + "".join(
+        f"{(r['peak'] - r['base'] - fixed_mb) * 2**20 / r['count']:12.0f}" for r in rows))
+    print(f"{'(images and fixed buffers MiB':>30}" + f"{fixed_mb:12.0f}" + f"   at {SMALL_SCENE:,} Gaussians)")
     for key in rows[0]["exact"]:
         print(f"{key + ' B/Gaussian':>30}" + "".join(f"{r['exact'][key]:12.0f}" for r in rows))
     # step = a + b * overlaps, least squares (a: the per-image work, loss and image buffers; b
