@@ -6,6 +6,8 @@ from typing import Optional
 
 import numpy as np
 
+from .png import to_uint8
+
 # Google's polynomial approximation of the Turbo colormap (red, green, blue; powers 0..5).
 _TURBO = np.array(
     [
@@ -66,4 +68,4 @@ def validation_grid(
     if depth is not None:
         panels.append(depth_map(depth, alpha))
     grid = np.concatenate(panels, axis=1)
-    return (grid * 255.0 + 0.5).astype(np.uint8)
+    return to_uint8(grid)
