@@ -8,6 +8,8 @@ spread over depths 2 to 12 in front of one camera, SH degree 3. Per row:
   forward, compositing backward, loss (L1 + D-SSIM, fwd + bwd), densification statistics
   (the default strategy's gradient bookkeeping) and the optimizer (compiled Adam, all groups);
   then a whole step (all of it, as the trainer runs it) timed on its own;
+- initial k-NN: seconds to find each point's 3 nearest neighbours (the initial scales of a
+  scene with that many points; scipy's k-d tree), once;
 - overlaps: Gaussian-tile pairs of whole bounding rectangles and of the tiles each ellipse
   reaches (what is composited);
 - memory, measured in a fresh process per row that only trains (Linux): the peak resident set
@@ -32,6 +34,7 @@ import json
 import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
@@ -44,6 +47,7 @@ from splattrain.adam import GaussianAdam, step_adam  # noqa: E402
 from splattrain.cameras import Camera, stack_cameras  # noqa: E402
 from splattrain.losses import photometric_loss  # noqa: E402
 from splattrain.model.gaussians import GaussianModel  # noqa: E402
+from splattrain.model.neighbours import mean_knn_distance  # noqa: E402
 from splattrain.registry import RENDERERS  # noqa: E402
 from splattrain.render import cpu_renderer  # noqa: E402,F401  (registers the cpu renderer)
 from splattrain.render.cpu import build  # noqa: E402
@@ -248,7 +252,11 @@ def main() -> None:
             param.requires_grad_(True)
         timers, facts = stage_timers(model, cam, target)
         times = {name: median_ms(fn, 1, args.repeats) for name, fn in timers.items()}
-        rows.append({"count": count, "times": times, **{k: facts[k] for k in ("overlaps", "snug", "visible")},
+        knn_started = time.perf_counter()
+        mean_knn_distance(model.means.detach())  # the initial scales of a scene with this many points
+        knn_s = time.perf_counter() - knn_started
+        rows.append({"count": count, "times": times, "knn_s": knn_s,
+                     **{k: facts[k] for k in ("overlaps", "snug", "visible")},
                      "exact": exact_bytes(model, facts), **step_memory_in_child(count)})
         del timers, facts, model
     # what does not grow with the Gaussians: the image-sized buffers of rendering and the loss
@@ -258,6 +266,7 @@ def main() -> None:
     print(f"\n{'ms per step':>30}" + "".join(f"{r['count']:>12,}" for r in rows))
     for stage in stages:
         print(f"{stage:>30}" + "".join(f"{r['times'][stage]:12.1f}" for r in rows))
+    print(f"{'initial k-NN (3 nearest) s':>30}" + "".join(f"{r['knn_s']:12.2f}" for r in rows))
     print(f"{'Gaussians in view':>30}" + "".join(f"{r['visible']:>12,}" for r in rows))
     print(f"{'overlaps (rectangles)':>30}" + "".join(f"{r['overlaps']:>12,}" for r in rows))
     print(f"{'overlaps (composited)':>30}" + "".join(f"{r['snug']:>12,}" for r in rows))

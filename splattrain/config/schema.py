@@ -93,6 +93,9 @@ class OptimConfig:
     accumulate_steps: int = 1  # micro-batches of trainer.batch_size views whose gradients make one step
     fused: str = "auto"  # auto | true | false: Adam stepped by the compiled CPU library (docs/optimisation.md)
     sparse: bool = False  # update only the Gaussians seen in the step (visible-only Adam)
+    # true: the optimizers step before densification (gsplat's order: refine and reset steps keep
+    # their update); false: densification first (the 3DGS order). docs/optimisation.md
+    densify_after_step: bool = False
 
 
 @dataclass

@@ -3,7 +3,9 @@
 ``steps_scaler`` (as in gsplat) multiplies ``trainer.max_steps`` and every step-valued setting;
 ``schedule_steps`` says for which run length the step settings are written, so that they follow
 ``max_steps`` proportionally. Step-valued settings: the strategy's ``step_options`` (a class
-attribute of every :class:`~splattrain.Strategy`, user strategies included),
+attribute of every :class:`~splattrain.Strategy`, user strategies included; its
+``window_options``, such as ``refine_every``, are how many steps of statistics a decision
+reads: ``steps_scaler`` scales them, ``schedule_steps`` does not),
 ``model.sh_degree_interval``, ``trainer.val_interval`` / ``val_begin`` and the step options of
 ``optim.schedules`` (``milestones``, ``step_size``, ``periods``, ``warmup_steps``).
 The scaled values are written into the config and both knobs reset (1.0, null), so a saved
@@ -42,15 +44,16 @@ def step_factor(cfg: DictConfig) -> float:
     return scaler * (int(cfg.trainer.max_steps) / int(reference) if reference else 1.0)
 
 
-def strategy_step_options(cfg: DictConfig) -> Dict[str, int]:
-    """The strategy's step-valued options with their values (config or class default)."""
+def strategy_step_options(cfg: DictConfig, kind_of_option: str = "step_options") -> Dict[str, int]:
+    """The strategy's step-valued options (``step_options``, or ``window_options``) with their
+    values (config or class default)."""
     from ..registry import STRATEGIES
 
     kind = str(cfg.strategy.get("type", "default"))
     cls = STRATEGIES.get(kind)
     defaults = {f.name: f.default for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
     values = {}
-    for name in getattr(cls, "step_options", ()):
+    for name in getattr(cls, kind_of_option, ()):
         value = cfg.strategy.get(name, defaults.get(name))
         if value is not None and value is not dataclasses.MISSING:
             values[name] = int(value)
@@ -67,6 +70,8 @@ def apply_steps_scaling(cfg: DictConfig) -> float:
     with open_dict(cfg):
         for name, value in strategy_step_options(cfg).items():
             cfg.strategy[name] = _scale(value, factor)
+        for name, value in strategy_step_options(cfg, "window_options").items():
+            cfg.strategy[name] = _scale(value, scaler)  # a statistics window: not the run's length
         cfg.model.sh_degree_interval = _scale(cfg.model.sh_degree_interval, factor)
         cfg.trainer.val_interval = _scale(cfg.trainer.val_interval, factor)
         cfg.trainer.val_begin = _scale(cfg.trainer.val_begin, factor)

@@ -29,7 +29,7 @@ from ..model.gaussians import degree_for_step
 from ..optim import build_optimizers, build_schedulers, clear_grads, step_optimizers
 from ..registry import TRAINERS
 from ..render import build_renderer
-from ..strategy import build_strategy
+from ..strategy import SceneFacts, build_strategy
 from ..view_opt import ViewCorrections
 from ..writers import WriterGroup
 from ..hooks.auto_checkpoint import RunInterrupted
@@ -85,12 +85,18 @@ class DefaultTrainer:
             warn=self.console.warning, absgrad=bool(strategy_spec.get("absgrad", False)),
         )
         self.strategy = build_strategy(strategy_spec, self.renderer, warn=self.console.warning)
+        self.strategy.fit_to_scene(SceneFacts(
+            train_views=len(self.data.train_cameras),
+            train_pixels=sum(c.width * c.height for c in self.data.train_cameras),
+            initial_gaussians=self.model.num_gaussians, scene_scale=self.scene_scale,
+        ))
         check_schedule(self.strategy, self.max_steps, self.console.warning)
         self.strategy.set_statistics_reducer(self.dist if self.dist.enabled else None)
         self.loss = build_loss(OmegaConf.to_container(cfg.loss, resolve=True), self.strategy.default_loss_terms())
         self.loss.drop_unavailable(self, self.console.warning)
         self.step_settings = StepSettings.from_config(cfg, render_depth=self.loss.needs_depth)
         self.optimizers = build_optimizers(self.model, cfg.optim, self.scene_scale)
+        self.densify_after_step = bool(cfg.optim.densify_after_step)
         self.schedulers = build_schedulers(self.optimizers, cfg.optim, self.scene_scale, self.max_steps)
         self.strategy.check_sanity(self.model.params, self.optimizers)
         self.strategy_state = self.strategy.initialize_state(scene_scale=self.scene_scale)
@@ -237,8 +243,12 @@ class DefaultTrainer:
         self.call_hook("after_backward", step, outputs)
         agree_on_step(self, outputs)
         if not outputs.get("skip_update"):
-            self.strategy.post_backward(self.model.params, self.optimizers, self.strategy_state, step, infos)
-            step_optimizers(self.optimizers, infos)
+            if self.densify_after_step:
+                step_optimizers(self.optimizers, infos)
+                self.strategy.post_backward(self.model.params, self.optimizers, self.strategy_state, step, infos)
+            else:
+                self.strategy.post_backward(self.model.params, self.optimizers, self.strategy_state, step, infos)
+                step_optimizers(self.optimizers, infos)
         clear_grads(self.optimizers)
         self.view_opt.step(step, update=not outputs.get("skip_update"))
         for scheduler in self.schedulers:

@@ -7,6 +7,8 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor
 
+from .neighbours import mean_knn_distance
+
 SH_C0 = 0.28209479177387814
 
 
@@ -18,20 +20,6 @@ def rgb_to_sh(rgb: Tensor) -> Tensor:
 def num_sh_bases(degree: int) -> int:
     """Number of SH coefficients per channel up to ``degree``."""
     return (degree + 1) ** 2
-
-
-def mean_knn_distance(points: Tensor, k: int = 3, chunk: int = 1024) -> Tensor:
-    """Root mean squared distance of each point to its ``k`` nearest other points [N]."""
-    n = points.shape[0]
-    if n <= 1:
-        return torch.ones(n, dtype=points.dtype, device=points.device)
-    k = min(k, n - 1)
-    out = torch.empty(n, dtype=points.dtype, device=points.device)
-    for start in range(0, n, chunk):
-        d2 = torch.cdist(points[start : start + chunk], points).square()
-        nearest = d2.topk(k + 1, dim=1, largest=False).values[:, 1:]
-        out[start : start + chunk] = nearest.mean(dim=1).sqrt()
-    return out
 
 
 class GaussianModel:

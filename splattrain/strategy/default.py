@@ -48,7 +48,8 @@ class DefaultStrategy(Strategy):
 
     supports_cap = True
     step_options = ("refine_scale2d_stop_iter", "refine_start_iter", "refine_stop_iter", "reset_every",
-                    "refine_every", "pause_refine_after_reset")
+                    "pause_refine_after_reset")
+    window_options = ("refine_every",)
 
     def events(self, max_steps: int) -> Dict[str, List[int]]:
         """Refinement and opacity-reset steps within ``max_steps`` (as :meth:`step_post_backward` runs them)."""
@@ -120,12 +121,23 @@ class DefaultStrategy(Strategy):
         """Clone and split the candidates (within the cap); returns (cloned, split)."""
         grads = state["grad2d"] / state["count"].clamp_min(1)
         is_grad_high = grads > self.grow_grad2d
-        is_small = torch.exp(params["scales"]).max(dim=-1).values <= self.grow_scale3d * state["scene_scale"]
+        is_small = self.is_small(params, state)
         is_dupli = is_grad_high & is_small
         is_split = is_grad_high & ~is_small
         if step < self.refine_scale2d_stop_iter:
             is_split |= state["radii"] > self.grow_scale2d
         is_dupli, is_split = self._within_cap(is_dupli, is_split, grads)
+        return self.clone_and_split(params, optimizers, state, is_dupli, is_split)
+
+    def is_small(self, params, state: Dict[str, Any]) -> Tensor:
+        """Gaussians small enough to be cloned rather than split ([N] bool)."""
+        return torch.exp(params["scales"]).max(dim=-1).values <= self.grow_scale3d * state["scene_scale"]
+
+    def clone_and_split(self, params, optimizers, state: Dict[str, Any], is_dupli: Tensor,
+                        is_split: Tensor) -> Tuple[int, int]:
+        """Clone the Gaussians of ``is_dupli`` and split those of ``is_split`` (disjoint masks);
+        returns (cloned, split)."""
+        grads = state["grad2d"]
         count = len(grads)
         n_dupli, n_split = int(is_dupli.sum()), int(is_split.sum())
         rows = torch.arange(count, device=grads.device)

@@ -34,7 +34,8 @@ class MCMCStrategy(Strategy):
     refine_every: int = 100
 
     supports_cap = True
-    step_options = ("refine_start_iter", "refine_stop_iter", "refine_every")
+    step_options = ("refine_start_iter", "refine_stop_iter")
+    window_options = ("refine_every",)
 
     def events(self, max_steps: int) -> Dict[str, List[int]]:
         """Relocation-and-growth steps within ``max_steps``."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Tuple
 
 import torch
@@ -15,6 +16,17 @@ from . import ops
 ReindexListener = Callable[[Tensor, Mapping[str, Tensor]], None]
 
 Info = Dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SceneFacts:
+    """What the trainer knows of the scene before training, for strategies that size themselves
+    by it (:meth:`Strategy.fit_to_scene`)."""
+
+    train_views: int  # training images
+    train_pixels: int  # their pixels, all views together, at the training resolution
+    initial_gaussians: int  # Gaussians the run starts with
+    scene_scale: float  # the cameras' extent in world units
 
 
 class StatisticsReducer(Protocol):
@@ -67,6 +79,10 @@ class Strategy:
     supports_cap: bool = False
     #: The fields holding step counts; ``trainer.steps_scaler`` / ``schedule_steps`` scale them.
     step_options: Tuple[str, ...] = ()
+    #: Fields holding how many steps of statistics a decision reads (``refine_every``):
+    #: ``trainer.steps_scaler`` scales them, ``schedule_steps`` does not (a shorter run would
+    #: otherwise decide from fewer views and refine more often).
+    window_options: Tuple[str, ...] = ()
 
     # -- what the trainer calls ------------------------------------------------------------
     def check_sanity(self, params: Mapping[str, Tensor], optimizers: Mapping[str, torch.optim.Optimizer]) -> None:
@@ -82,6 +98,10 @@ class Strategy:
         """The steps at which this strategy changes the scene, by kind (``refine``, ``reset``); the
         trainer refuses a ``reset`` in the last 5% of training and ``splattrain schedule`` shows them."""
         return {}
+
+    def fit_to_scene(self, facts: SceneFacts) -> None:
+        """Called once when the trainer is built, before :meth:`initialize_state`: size options
+        by the scene (e.g. a Gaussian budget from the training pixels). Does nothing by default."""
 
     def initialize_state(self, scene_scale: float = 1.0) -> Dict[str, Any]:
         """The running state of a new run (``scene_scale``: the cameras' extent in world units)."""

@@ -1,0 +1,49 @@
+"""The initial scales' nearest-neighbour distances: the k-d tree against brute force."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+import torch
+
+from splattrain import interrupts
+from splattrain.model import neighbours
+from splattrain.model.neighbours import mean_knn_distance
+
+
+def brute_force(points: torch.Tensor, k: int) -> torch.Tensor:
+    d2 = torch.cdist(points.double(), points.double()).square()
+    nearest = d2.topk(k + 1, dim=1, largest=False).values[:, 1:]
+    return nearest.mean(dim=1).sqrt()
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_matches_brute_force_on_clustered_points(k: int) -> None:
+    generator = torch.Generator().manual_seed(k)
+    centres = torch.randn(20, 3, generator=generator) * 5
+    points = centres[torch.randint(0, 20, (3000,), generator=generator)]
+    points = points + torch.randn(3000, 3, generator=generator) * torch.rand(3000, 1, generator=generator)
+    got = mean_knn_distance(points, k=k)
+    assert got.dtype == points.dtype and got.shape == (3000,)
+    torch.testing.assert_close(got.double(), brute_force(points, k), rtol=1e-5, atol=1e-7)
+
+
+def test_duplicates_small_sets_and_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(neighbours, "QUERY_CHUNK", 7)  # many chunks: each row lands in its place
+    points = torch.tensor([[0.0, 0, 0], [0, 0, 0], [1, 0, 0], [0, 2, 0], [5, 5, 5]] * 5)
+    torch.testing.assert_close(mean_knn_distance(points, k=3).double(), brute_force(points, 3))
+    assert mean_knn_distance(points[:1]).tolist() == [1.0]
+    torch.testing.assert_close(mean_knn_distance(points[2:4], k=3), torch.full((2,), 5 ** 0.5))
+
+
+def test_a_stop_signal_is_acted_on_between_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(neighbours, "QUERY_CHUNK", 100)
+    interrupts.defer()
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        with pytest.raises(interrupts.Interrupted):
+            mean_knn_distance(torch.rand(1000, 3))
+    finally:
+        interrupts.restore()
