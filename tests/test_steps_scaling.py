@@ -36,6 +36,10 @@ def test_steps_scaler_scales_every_step_setting() -> None:
 def test_schedule_steps_makes_settings_follow_max_steps(tmp_path: Path) -> None:
     cfg = load_config(DEMO, ["trainer.max_steps=1000", "trainer.schedule_steps=2000"])
     assert cfg.trainer.max_steps == 1000 and cfg.strategy.reset_every == 500 and cfg.strategy.refine_stop_iter == 750
+    # refine_every is a statistics window (views per decision), not a point in the run: it stays
+    assert cfg.strategy.refine_every == 100 and cfg.model.sh_degree_interval == 250
+    colmap = load_config(REPO / "configs" / "colmap.yaml", ["data.path=x", "trainer.max_steps=2000"])
+    assert (colmap.strategy.refine_every, colmap.strategy.refine_start_iter, colmap.strategy.reset_every) == (100, 143, 857)
     saved = tmp_path / "config.yaml"
     saved.write_text(config_to_yaml(cfg))  # the run dir's config.yaml reproduces the run exactly
     assert OmegaConf.to_container(load_config(saved)) == OmegaConf.to_container(cfg)
@@ -101,8 +105,9 @@ def test_late_refinement_warns_and_events_match_the_strategy() -> None:
 
 
 def test_fit_refuses_a_reset_at_the_last_step_before_training(tmp_path: Path) -> None:
-    result = run_cli("fit", "--config", str(DEMO), "trainer.max_steps=1000", f"output_dir={tmp_path / 'run'}")
+    result = run_cli("fit", "--config", str(DEMO), "trainer.max_steps=1000", "trainer.schedule_steps=null",
+                     f"output_dir={tmp_path / 'run'}")
     assert_one_line_error(result, "opacity reset at step 1000 of 1000", "trainer.schedule_steps")
     assert not (tmp_path / "run").exists()
-    shown = run_cli("schedule", "--config", str(DEMO), "trainer.max_steps=1000", "trainer.schedule_steps=2000")
+    shown = run_cli("schedule", "--config", str(DEMO), "trainer.max_steps=1000")  # the preset follows the run
     assert shown.returncode == 0 and "reset: 500" in shown.stdout and "no reset or refinement in the last 5%" in shown.stdout

@@ -1,0 +1,120 @@
+"""Wall seconds a whole ``splattrain fit`` needs to reach given test PSNRs, from runs of several lengths.
+
+    python benchmarks/bench_time_to_quality.py [--scene demo|cup|both] [--demo-steps 150 250 500 1000 2000]
+        [--cup-steps 500 1000 2000] [--targets 25.5 30 33] [--cup-targets 25 26 27 28 29]
+        [--opensplat BINARY] [dotted.key=value ...]
+
+Each run is a fresh process (start-up, scene loading, validation and writing included) with only
+``trainer.max_steps=N`` set on the scene's preset (``configs/demo.yaml``, ``configs/colmap.yaml``),
+so every step setting follows the run length as a user gets it (docs/real_captures.md). Per run:
+steps, wall seconds, training seconds, test PSNR, Gaussians. Then, per target PSNR, the shortest
+wall time among the runs that reached it: the time a user waits for that quality.
+
+With ``--opensplat BINARY`` (a built OpenSplat, CPU), its 2000-step demo run is timed too, the
+two programs taking turns (OpenSplat, then splattrain's shortest run that reaches OpenSplat's
+PSNR, twice), and the ratio of the two wall times printed. Quote figures from a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "outputs" / "bench_time_to_quality"
+SCENES = {
+    "demo": (REPO / "configs" / "demo.yaml", []),
+    "cup": (REPO / "configs" / "colmap.yaml", [f"data.path={REPO.parent / 'shared' / 'scenes' / 'cup'}"]),
+}
+
+
+def fit(scene: str, steps: int, extra: Sequence[str]) -> Dict[str, float]:
+    """One whole ``fit`` of ``scene`` for ``steps`` steps; its wall time and results."""
+    config, scene_args = SCENES[scene]
+    out = OUT / f"{scene}_{steps}"
+    shutil.rmtree(out, ignore_errors=True)  # this benchmark's own runs, replaced each time
+    command = [sys.executable, "-m", "splattrain", "fit", "--config", str(config), f"output_dir={out}",
+               f"trainer.max_steps={steps}", "writers=[]", "metrics.lpips=false", *scene_args, *extra]
+    started = time.perf_counter()
+    subprocess.run(command, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - started
+    results = json.loads((out / "results.json").read_text())
+    return {"steps": steps, "wall": wall, "train": results["train_seconds"], "psnr": results["psnr"],
+            "gaussians": results["num_gaussians"]}
+
+
+def time_to(targets: Sequence[float], runs: List[Dict[str, float]]) -> Dict[float, Optional[Dict[str, float]]]:
+    """Per target PSNR, the run of least wall time that reached it (None: no run did)."""
+    best: Dict[float, Optional[Dict[str, float]]] = {}
+    for target in targets:
+        reached = [run for run in runs if run["psnr"] >= target]
+        best[target] = min(reached, key=lambda run: run["wall"]) if reached else None
+    return best
+
+
+def report(scene: str, runs: List[Dict[str, float]], targets: Sequence[float]) -> None:
+    print(f"\n{scene}: whole fit per run length (preset + trainer.max_steps only)")
+    print(f"{'steps':>7} {'wall s':>8} {'train s':>8} {'PSNR dB':>8} {'Gaussians':>10}")
+    for run in runs:
+        print(f"{run['steps']:7d} {run['wall']:8.1f} {run['train']:8.1f} {run['psnr']:8.2f} {run['gaussians']:10,d}")
+    print(f"{scene}: time to quality")
+    for target, run in time_to(targets, runs).items():
+        where = f"{run['wall']:6.1f} s  ({run['steps']} steps)" if run else "not reached by these runs"
+        print(f"  {target:5.1f} dB  {where}")
+
+
+def opensplat_side_by_side(binary: Path, runs: List[Dict[str, float]], extra: Sequence[str]) -> None:
+    """OpenSplat's 2000-step demo run against splattrain's shortest run reaching its PSNR, in turns."""
+    out = OUT / "opensplat"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    command = [str(binary), str(REPO / "data" / "demo"), "-n", "2000", "-o", str(out / "splat.ply"),
+               "--val", "--val-render", str(out / "val")]
+    walls = []
+    for _ in range(2):
+        started = time.perf_counter()
+        printed = subprocess.run(command, cwd=out, check=True, capture_output=True, text=True).stdout
+        walls.append(time.perf_counter() - started)
+        psnr = opensplat_psnr(printed)
+        target = time_to([psnr], runs)[psnr] if psnr is not None else None
+        if target is not None:
+            walls.append(fit("demo", int(target["steps"]), extra)["wall"])
+    print(f"\nOpenSplat 2000 steps: {walls[0::2]} s wall; splattrain to the same PSNR: {walls[1::2]} s")
+    if len(walls) == 4:
+        print(f"ratio (OpenSplat / splattrain), per turn: {walls[0] / walls[1]:.1f}, {walls[2] / walls[3]:.1f}")
+
+
+def opensplat_psnr(printed: str) -> Optional[float]:
+    """The last validation PSNR OpenSplat printed (``... PSNR: x``), if any."""
+    values = [float(line.rsplit("PSNR", 1)[1].strip(" :=\t").split()[0]) for line in printed.splitlines() if "PSNR" in line]
+    return values[-1] if values else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scene", choices=["demo", "cup", "both"], default="both")
+    parser.add_argument("--demo-steps", type=int, nargs="+", default=[150, 250, 500, 1000, 2000])
+    parser.add_argument("--cup-steps", type=int, nargs="+", default=[500, 1000, 2000])
+    parser.add_argument("--targets", type=float, nargs="+", default=[25.5, 30.0, 33.0])
+    parser.add_argument("--cup-targets", type=float, nargs="+", default=[25.0, 26.0, 27.0, 28.0, 29.0])
+    parser.add_argument("--opensplat", type=Path, help="an OpenSplat binary to time side by side on the demo")
+    args, extra = parser.parse_known_args()
+    with open("/proc/loadavg") as f:
+        print(f"load average at start {f.read().split()[0]}")
+    if args.scene in ("demo", "both"):
+        runs = [fit("demo", steps, extra) for steps in args.demo_steps]
+        report("demo", runs, args.targets)
+        if args.opensplat:
+            opensplat_side_by_side(args.opensplat, runs, extra)
+    if args.scene in ("cup", "both"):
+        report("cup", [fit("cup", steps, extra) for steps in args.cup_steps], args.cup_targets)
+
+
+if __name__ == "__main__":
+    main()
