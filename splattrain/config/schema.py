@@ -51,6 +51,7 @@ class DataConfig:
     depths: str = "auto"  # auto (depths/<view>.npy when present) | none | a folder of <view>.npy depth maps
     normalize: Optional[bool] = None  # centre and scale the cameras; null: on for colmap/nerfstudio
     num_workers: int = 0  # image decoding threads; 0: one per CPU core (at most 8)
+    image_budget_mb: Optional[float] = None  # decoded images kept in memory (uint8); later ones are decoded when used; null: a quarter of the machine's memory
     prefetch: bool = True  # prepare the next training batch while the current step runs
 
 

@@ -47,7 +47,7 @@ def attach_depths(scene: SceneData, folder: Path, scale: float = 1.0) -> int:
     for frame in scene.train + scene.test:
         path = folder / f"{frame.name}.npy"
         if path.is_file():
-            frame.depth = read_depth(path, (frame.image.shape[1], frame.image.shape[0])) * np.float32(scale)
+            frame.depth = read_depth(path, (frame.camera.width, frame.camera.height)) * np.float32(scale)
             found += 1
     if found == 0:
         raise DataError(f"data.depths: no <view>.npy in '{folder}' matches a view name (e.g. {scene.train[0].name}.npy)")

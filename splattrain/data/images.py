@@ -6,7 +6,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Sequence, TypeVar
+from typing import Callable, Iterator, Optional, Sequence, TypeVar
 
 import numpy as np
 from PIL import Image
@@ -88,6 +88,17 @@ def resize_mask(mask: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 def worker_count(num_workers: int) -> int:
     """Decoding threads: ``num_workers``, or one per CPU core (at most 8) when it is 0."""
     return num_workers if num_workers > 0 else min(8, os.cpu_count() or 1)
+
+
+def image_budget_bytes(budget_mb: Optional[float]) -> int:
+    """Bytes of decoded images a scene may hold: ``data.image_budget_mb``, or a quarter of the
+    machine's memory when it is null."""
+    if budget_mb is not None:
+        return int(budget_mb * 2**20)
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+    except (ValueError, OSError, AttributeError):  # no sysconf: keep every image
+        return 2**62
 
 
 def parallel_map(fn: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]:

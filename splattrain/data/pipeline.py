@@ -137,7 +137,7 @@ class DataPipeline:
 
     def _gather(self, frames: List[Frame], indices: List[int], background: Tensor) -> Dict[str, Any]:
         """A batch of uint8 host tensors (pinned for CUDA), converted too when the device is the CPU."""
-        image = torch.from_numpy(np.stack([frames[i].image for i in indices]))
+        image = torch.from_numpy(np.stack([frames[i].pixels() for i in indices]))
         masks = [frames[i].mask for i in indices]
         batch: Dict[str, Any] = {
             "image": image.pin_memory() if self.device.type == "cuda" else image,

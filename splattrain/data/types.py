@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -15,7 +15,9 @@ class Frame:
     """One posed photograph.
 
     Attributes:
-        image: uint8 [H, W, 3] (RGB) or [H, W, 4] (RGBA, composited later over the background).
+        image: uint8 [H, W, 3] (RGB) or [H, W, 4] (RGBA, composited later over the background);
+            None for a frame beyond the scene's image memory budget (``data.image_budget_mb``),
+            whose ``reload`` decodes it again each time it is used: read it with :meth:`pixels`.
         camera: the camera that took it (CPU tensors); its size matches ``image``.
         name: a stable name for the view (file stem), used for logs and image files.
         mask: optional bool [H, W]; False marks pixels that count in neither loss nor metrics.
@@ -23,11 +25,20 @@ class Frame:
             units; 0 where unknown.
     """
 
-    image: np.ndarray
+    image: Optional[np.ndarray]
     camera: Camera
     name: str
     mask: Optional[np.ndarray] = None
     depth: Optional[np.ndarray] = None
+    reload: Optional[Callable[[], np.ndarray]] = field(default=None, repr=False, compare=False)
+
+    def pixels(self) -> np.ndarray:
+        """The image: the one held, or decoded again from its file."""
+        if self.image is not None:
+            return self.image
+        if self.reload is None:
+            raise ValueError(f"frame {self.name} holds no image and cannot decode one")
+        return self.reload()
 
 
 @dataclass

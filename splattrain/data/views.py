@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,10 +62,45 @@ class _UndistorterCache:
             return self._items[key]
 
 
-def load_views(specs: Sequence[ViewSpec], downscale: float, workers: int) -> list[Frame]:
-    """Decode every view on ``workers`` threads into frames shrunk by ``downscale`` and undistorted."""
+def load_views(specs: Sequence[ViewSpec], downscale: float, workers: int,
+               budget_bytes: Optional[int] = None) -> list[Frame]:
+    """Decode every view on ``workers`` threads into frames shrunk by ``downscale`` and undistorted.
+
+    With ``budget_bytes``, the images are kept (uint8) while their sizes add up to at most the
+    budget; each later view is decoded once here (so a bad file stops the load, not the run)
+    and then only when it is used (:meth:`Frame.pixels`).
+    """
     cache = _UndistorterCache()
-    return parallel_map(lambda spec: _load_view(spec, downscale, cache), specs, workers)
+    kept = _views_within(specs, downscale, budget_bytes)
+
+    def load(index: int) -> Frame:
+        frame = _load_view(specs[index], downscale, cache)
+        if index >= kept:
+            frame.image = None
+            frame.reload = functools.partial(_reload_image, specs[index], downscale, cache)
+        return frame
+
+    return parallel_map(load, range(len(specs)), workers)
+
+
+def _views_within(specs: Sequence[ViewSpec], downscale: float, budget_bytes: Optional[int]) -> int:
+    """How many of the first views' RGB images fit in ``budget_bytes`` (all of them: None)."""
+    if budget_bytes is None:
+        return len(specs)
+    total = 0
+    for index, spec in enumerate(specs):
+        width, height = scaled_size(*spec.size, downscale) if spec.shrink == 1.0 else \
+            (round(spec.size[0] / spec.shrink), round(spec.size[1] / spec.shrink))
+        total += width * height * 3
+        if total > budget_bytes:
+            return index
+    return len(specs)
+
+
+def _reload_image(spec: ViewSpec, downscale: float, cache: _UndistorterCache) -> np.ndarray:
+    image = _load_view(spec, downscale, cache).image
+    assert image is not None
+    return image
 
 
 def _file_size_ok(actual: tuple[int, int], size: tuple[int, int], shrink: float) -> bool:

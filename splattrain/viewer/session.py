@@ -22,7 +22,7 @@ def add_scene_cameras(server: ViewerServer, train: Sequence[Frame], test: Sequen
     for name, frames, color in (("train", train, TRAIN_COLOR), ("test", test, TEST_COLOR)):
         if not frames:
             continue
-        images = [thumbnail(f.image, background) for f in frames] if thumbnails and name == "train" else None
+        images = [thumbnail(f.pixels(), background) for f in frames] if thumbnails and name == "train" else None
         server.add_cameras(CameraGroup(name, [f.camera for f in frames], images, color), scale)
     server.set_initial_cameras([f.camera for f in (train or test)])
 
