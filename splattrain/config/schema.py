@@ -96,7 +96,7 @@ class OptimConfig:
     sparse: bool = False  # update only the Gaussians seen in the step (visible-only Adam)
     # true: the optimizers step before densification (gsplat's order: refine and reset steps keep
     # their update); false: densification first (the 3DGS order). docs/optimisation.md
-    densify_after_step: bool = False
+    densify_after_step: bool = True
 
 
 @dataclass
