@@ -41,7 +41,7 @@ class BudgetStrategy(DefaultStrategy):
     """
 
     budget: Any = "auto"
-    pixels_per_gaussian: float = 24.0
+    pixels_per_gaussian: float = 40.0
     growth_power: float = 2.0
 
     def __post_init__(self) -> None:
