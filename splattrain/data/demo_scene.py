@@ -17,7 +17,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 from PIL import Image
@@ -211,19 +211,20 @@ def _shade(normals: np.ndarray) -> np.ndarray:
     return AMBIENT + SKY * normals[:, 2] + DIFFUSE * np.maximum(normals @ LIGHT_DIR, 0.0)
 
 
-def trace_rays(origin: np.ndarray, dirs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Shade rays from ``origin`` [3] along unit ``dirs`` [N,3].
+def trace_rays(origin: np.ndarray, dirs: np.ndarray, scene: Sequence[Any] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """Shade rays from ``origin`` [3] along unit ``dirs`` [N,3] through ``scene`` (default: ``SCENE``).
 
-    Returns (rgb float [N,3] in [0,1], zero on a miss; index into ``SCENE`` of the
+    Returns (rgb float [N,3] in [0,1], zero on a miss; index into the scene of the
     object hit [N], -1 on a miss).
     """
+    scene = scene or SCENE
     origin = np.asarray(origin, dtype=np.float64)
-    ts = np.stack([prim.intersect(origin, dirs) for prim in SCENE])
+    ts = np.stack([prim.intersect(origin, dirs) for prim in scene])
     nearest = ts.argmin(axis=0)
     t = ts.min(axis=0)
     hit_index = np.where(np.isfinite(t), nearest, -1)
     rgb = np.zeros(dirs.shape)
-    for k, prim in enumerate(SCENE):
+    for k, prim in enumerate(scene):
         sel = hit_index == k
         if not sel.any():
             continue

@@ -3,8 +3,8 @@ dense noisy sparse cloud, for end-to-end runs at real size.
 
     python -m splattrain.data.large_scene OUT [--views 200] [--width 1000] [--height 667] [--points 300000]
 
-Writes ``OUT/images/view_XXXX.jpg`` (the demo's objects over a grey backdrop, one ray per pixel
-centre) and ``OUT/sparse/0/`` (one PINHOLE camera, the poses, and ``--points`` points sampled
+Writes ``OUT/images/view_XXXX.jpg`` (the demo's objects inside a textured dome, so that every
+pixel shows a surface, as in a real capture; one ray per pixel centre) and ``OUT/sparse/0/`` (one PINHOLE camera, the poses, and ``--points`` points sampled
 from the surfaces the views see, moved by Gaussian noise of ``--noise`` world units, with the
 colours the tracer gives them), which ``configs/colmap.yaml`` trains directly.
 """
@@ -14,17 +14,44 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
 from .colmap_model import ColmapCamera, ColmapImage, write_model
-from .demo_scene import CAMERA_ANGLE_X, SCENE, camera_positions, look_at_origin, trace_rays
+from .demo_scene import CAMERA_ANGLE_X, SCENE, _ahead, camera_positions, look_at_origin, trace_rays
 
 GL_TO_CV = np.diag([1.0, -1.0, -1.0, 1.0])
-BACKDROP = 0.5
-"""Grey of the rays that miss every object."""
+
+
+@dataclass(frozen=True)
+class Dome:
+    """The inside of a sphere around the scene, in checks of ``cells`` by ``cells`` per quarter turn
+    shaded from a dark floor to a light top: the room or landscape around a real capture."""
+
+    radius: float = 9.0
+    cells: int = 6
+    light: tuple = (0.85, 0.82, 0.75)
+    dark: tuple = (0.35, 0.45, 0.55)
+
+    def intersect(self, origin: np.ndarray, dirs: np.ndarray) -> np.ndarray:
+        b = dirs @ origin
+        disc = b * b - (origin @ origin - self.radius**2)
+        return _ahead(-b + np.sqrt(np.maximum(disc, 0.0)), disc >= 0.0)  # the far side: seen from inside
+
+    def surface(self, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        normals = -points / self.radius  # facing the centre
+        azimuth = np.arctan2(points[:, 1], points[:, 0])
+        elevation = np.arcsin(np.clip(points[:, 2] / self.radius, -1.0, 1.0))
+        step = math.pi / 2 / self.cells
+        check = (np.floor(azimuth / step) + np.floor(elevation / step)) % 2
+        albedo = np.where(check[:, None] > 0, np.asarray(self.light), np.asarray(self.dark))
+        return normals, albedo * (0.75 + 0.25 * (points[:, 2:3] / self.radius + 1.0) / 2.0)
+
+
+WORLD = (*SCENE, Dome())
 
 
 def pixel_rays(c2w_opengl: np.ndarray, width: int, height: int, focal: float, pixels: np.ndarray) -> np.ndarray:
@@ -36,10 +63,9 @@ def pixel_rays(c2w_opengl: np.ndarray, width: int, height: int, focal: float, pi
 
 
 def render_rgb(c2w_opengl: np.ndarray, width: int, height: int, focal: float) -> np.ndarray:
-    """uint8 RGB [H, W, 3]: one ray per pixel centre, misses grey."""
+    """uint8 RGB [H, W, 3]: one ray per pixel centre."""
     dirs = pixel_rays(c2w_opengl, width, height, focal, np.arange(width * height))
-    rgb, hit = trace_rays(c2w_opengl[:3, 3], dirs)
-    rgb[hit < 0] = BACKDROP
+    rgb, _ = trace_rays(c2w_opengl[:3, 3], dirs, WORLD)
     return np.round(rgb.reshape(height, width, 3) * 255.0).astype(np.uint8)
 
 
@@ -52,7 +78,7 @@ def surface_points(poses: np.ndarray, width: int, height: int, focal: float, cou
     while found < count:
         c2w = poses[rng.integers(len(poses))]
         dirs = pixel_rays(c2w, width, height, focal, rng.integers(0, width * height, size=50_000))
-        rgb, hit = trace_rays(c2w[:3, 3], dirs)
+        rgb, hit = trace_rays(c2w[:3, 3], dirs, WORLD)
         ts = _hit_distances(c2w[:3, 3], dirs, hit)
         keep = hit >= 0
         points.append(c2w[:3, 3] + ts[keep, None] * dirs[keep])
@@ -64,7 +90,7 @@ def surface_points(poses: np.ndarray, width: int, height: int, focal: float, cou
 
 def _hit_distances(origin: np.ndarray, dirs: np.ndarray, hit: np.ndarray) -> np.ndarray:
     """Distance along each ray to the surface it hit (inf on a miss)."""
-    ts = np.stack([prim.intersect(origin, dirs) for prim in SCENE]).min(axis=0)
+    ts = np.stack([prim.intersect(origin, dirs) for prim in WORLD]).min(axis=0)
     return np.where(hit >= 0, ts, np.inf)
 
 
