@@ -26,6 +26,7 @@ class Console:
         self._log: Optional[RichConsole] = None
         self._log_file: Optional[IO[str]] = None
         self._warned: Set[str] = set()
+        self._held: Optional[List[Any]] = None
 
     @property
     def is_tty(self) -> bool:
@@ -33,10 +34,20 @@ class Console:
         return self.terminal.is_terminal
 
     def open_log(self, path: Path) -> None:
-        """Start mirroring output to ``path`` (appending)."""
+        """Start mirroring output to ``path`` (appending; a symlink there is refused, not followed),
+        beginning with the lines held since :meth:`hold_log`."""
+        from .io.atomic import open_append
+
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._log_file = open(path, "a", encoding="utf-8")
+        self._log_file = open_append(path)
         self._log = RichConsole(file=self._log_file, no_color=True, width=120, highlight=False, soft_wrap=True)
+        held, self._held = self._held or [], None
+        for objects in held:
+            self.log(*objects)
+
+    def hold_log(self) -> None:
+        """Keep what is logged from now until :meth:`open_log` (which writes it first)."""
+        self._held = []
 
     def close(self) -> None:
         """Stop writing to log.txt."""
@@ -56,6 +67,8 @@ class Console:
         if self._log is not None:
             self._log.print(*objects)
             self._log_file.flush()  # type: ignore[union-attr]
+        elif self._held is not None:
+            self._held.append(objects)
 
     def info(self, message: str) -> None:
         """A plain line."""
