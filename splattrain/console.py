@@ -27,6 +27,7 @@ class Console:
         self._log_file: Optional[IO[str]] = None
         self._warned: Set[str] = set()
         self._held: Optional[List[Any]] = None
+        self._log_path: Optional[Path] = None
 
     @property
     def is_tty(self) -> bool:
@@ -40,6 +41,7 @@ class Console:
 
         path.parent.mkdir(parents=True, exist_ok=True)
         self._log_file = open_append(path)
+        self._log_path = path
         self._log = RichConsole(file=self._log_file, no_color=True, width=120, highlight=False, soft_wrap=True)
         held, self._held = self._held or [], None
         for objects in held:
@@ -51,10 +53,14 @@ class Console:
 
     def close(self) -> None:
         """Stop writing to log.txt."""
-        if self._log_file is not None:
-            self._log_file.close()
-        self._log = None
-        self._log_file = None
+        log_file, self._log_file, self._log = self._log_file, None, None
+        if log_file is not None:
+            try:
+                log_file.close()
+            except OSError as err:  # what it still held could not be written (a full disk): name the file
+                if err.filename is not None:
+                    raise
+                raise type(err)(err.errno, err.strerror or str(err), str(self._log_path)) from None
 
     def print(self, *objects: Any, terminal: bool = True) -> None:
         """Show rich renderables (text, tables) and log them."""
@@ -65,8 +71,13 @@ class Console:
     def log(self, *objects: Any) -> None:
         """Write to log.txt only."""
         if self._log is not None:
-            self._log.print(*objects)
-            self._log_file.flush()  # type: ignore[union-attr]
+            try:
+                self._log.print(*objects)
+                self._log_file.flush()  # type: ignore[union-attr]
+            except OSError as err:  # a full disk: the error names log.txt
+                if err.filename is not None:
+                    raise
+                raise type(err)(err.errno, err.strerror or str(err), str(self._log_path)) from None
         elif self._held is not None:
             self._held.append(objects)
 
