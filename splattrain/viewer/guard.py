@@ -1,5 +1,5 @@
-"""What the viewer lets in: which web pages may open its websocket, and what a browser's bad
-messages may do (nothing but one warning).
+"""What the viewer lets in: which web pages may open its websocket, which values a browser may set,
+and what its bad messages may do (nothing but one warning).
 
 A browser sends the ``Origin`` of the page that opens a websocket. The viewer accepts the
 websocket only from its own page (the Origin's host and port are those the browser asked for,
@@ -19,11 +19,18 @@ import contextlib
 import http
 import ipaddress
 import logging
+import math
 import threading
 from typing import Callable, Iterator, List, Optional, Sequence
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
+from .camera import MAX_RESOLUTION, MIN_RESOLUTION
+from .images import RENDER_MODES
+
+#: The range of each setting a browser may change (values outside are refused and the control reset).
+SHARE_RANGE = (0.1, 1.0)
+REFRESH_RANGE = (0.1, 600.0)
 
 _LOOPBACK_NAMES = ("localhost",)
 _PATCH_LOCK = threading.Lock()
@@ -108,6 +115,22 @@ def origin_checked_serve(allowed: Sequence[str], refused: Callable[[str], None])
             yield installed
         finally:
             ws_server.serve = original
+
+
+def setting_value(name: str, value: object) -> object:
+    """``value`` as the setting ``name`` holds it, or None when a browser sent something the
+    control cannot hold (a mode that is not one of the choices, a number out of range or not finite)."""
+    if name == "mode":
+        return value if isinstance(value, str) and value in RENDER_MODES else None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    low, high = {"resolution": (MIN_RESOLUTION, MAX_RESOLUTION), "train_share": SHARE_RANGE,
+                 "refresh": REFRESH_RANGE}[name]
+    if not math.isfinite(number) or not low <= number <= high:
+        return None
+    return int(round(number)) if name == "resolution" else number
 
 
 class BrowserErrorFilter(logging.Filter):

@@ -23,16 +23,13 @@ from ..cameras import Camera
 from ..errors import UserError
 from .camera import (MAX_RESOLUTION, MIN_RESOLUTION, ViewPose, camera_pose, mean_up_direction, overview_pose,
                      pose_problem, quat_to_matrix)
-from .guard import BrowserErrorFilter, origin_checked_serve
+from .guard import BrowserErrorFilter, origin_checked_serve, setting_value
 from .images import RENDER_MODES
 from .requests import ViewQueue, ViewRequest
 
 DEFAULT_RESOLUTION = 512
 DEFAULT_TRAIN_SHARE = 0.9
 DEFAULT_REFRESH = 10.0
-#: The range of each setting a browser may change (values outside are refused and the control reset).
-SHARE_RANGE = (0.1, 1.0)
-REFRESH_RANGE = (0.1, 600.0)
 FRUSTUM_LINE_PIXELS = 1.5  # frustum lines in screen pixels: a software-drawn page redraws them 1.6x cheaper than
 # lines of a world-space width (which are drawn as meshes)
 
@@ -390,22 +387,6 @@ class ViewerServer:
                 with _quiet():
                     self.server.stop()
             self._error_filter.remove()
-
-
-def setting_value(name: str, value: object) -> object:
-    """``value`` as the setting ``name`` holds it, or None when a browser sent something the
-    control cannot hold (a mode that is not one of the choices, a number out of range or not finite)."""
-    if name == "mode":
-        return value if isinstance(value, str) and value in RENDER_MODES else None
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
-        return None
-    low, high = {"resolution": (MIN_RESOLUTION, MAX_RESOLUTION), "train_share": SHARE_RANGE,
-                 "refresh": REFRESH_RANGE}[name]
-    if not math.isfinite(number) or not low <= number <= high:
-        return None
-    return int(round(number)) if name == "resolution" else number
 
 
 @contextlib.contextmanager
