@@ -60,9 +60,11 @@ def lock_run_dir(trainer: "DefaultTrainer") -> RunLocks | SharedRunDir:
 
 
 def check_run_dir(trainer: "DefaultTrainer", resume: Optional[str | Path], overwrite: bool) -> Optional[tuple]:
-    """Before anything in the run directory changes: read and check the checkpoint to resume
-    (returned for ``load_checkpoint``), or refuse a fresh run into a directory holding checkpoints
-    unless ``overwrite``, which moves the old run aside."""
+    """Before anything in the run directory changes: refuse a folder that holds files but no
+    splattrain run, and run files that are symbolic links; read and check the checkpoint to
+    resume (returned for ``load_checkpoint``; one of another run is refused), or refuse a fresh
+    run into a directory holding checkpoints. ``overwrite`` moves an old run, or a foreign
+    folder's content, aside. Sets ``trainer.run_id`` (on rank 0)."""
     if not trainer.is_main:
         return checkpointing.read_checkpoint(trainer, resume) if resume is not None else None
     foreign = foreign_entries(trainer.run_dir)
