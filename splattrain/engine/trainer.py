@@ -166,7 +166,11 @@ class DefaultTrainer:
         checkpoint = None
         if resumed is not None:  # every check of the checkpoint passes before the run directory changes
             self.console.hold_log()
-            checkpoint = self._restore(resumed)
+            try:
+                checkpoint = self._restore(resumed)
+            except BaseException:
+                self.dist.close()
+                raise
         self.writers = run_files.open_run_dir(self)
         try:
             run_files.print_header(self)
