@@ -84,6 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     vw.add_argument("target", metavar="RUN_DIR|CKPT|PLY", help="a run directory, a checkpoint or a 3DGS .ply file")
     vw.add_argument("--port", type=int, default=8080)
     vw.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
+    vw.add_argument("--allow-origin", action="append", default=None, metavar="URL",
+                    help="also accept connections from pages at this origin, http(s)://host[:port] ('*': any)")
     vw.add_argument("--background", default=None, metavar="R,G,B",
                     help="background colour in [0, 1] (default: the run's, white for a PLY)")
     vw.add_argument("--out", help="folder for saved PNG views (default RUN_DIR/viewer, or beside the PLY)")
@@ -210,7 +212,7 @@ def _view(args: argparse.Namespace) -> int:
     from .console import Console
 
     view(args.target, Console(), port=args.port, host=args.host, background=args.background, out=args.out,
-         device=args.device)
+         device=args.device, allow_origins=args.allow_origin)
     return 0
 
 

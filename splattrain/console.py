@@ -26,6 +26,8 @@ class Console:
         self._log: Optional[RichConsole] = None
         self._log_file: Optional[IO[str]] = None
         self._warned: Set[str] = set()
+        self._held: Optional[List[Any]] = None
+        self._log_path: Optional[Path] = None
 
     @property
     def is_tty(self) -> bool:
@@ -33,17 +35,32 @@ class Console:
         return self.terminal.is_terminal
 
     def open_log(self, path: Path) -> None:
-        """Start mirroring output to ``path`` (appending)."""
+        """Start mirroring output to ``path`` (appending; a symlink there is refused, not followed),
+        beginning with the lines held since :meth:`hold_log`."""
+        from .io.atomic import open_append
+
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._log_file = open(path, "a", encoding="utf-8")
+        self._log_file = open_append(path)
+        self._log_path = path
         self._log = RichConsole(file=self._log_file, no_color=True, width=120, highlight=False, soft_wrap=True)
+        held, self._held = self._held or [], None
+        for objects in held:
+            self.log(*objects)
+
+    def hold_log(self) -> None:
+        """Keep what is logged from now until :meth:`open_log` (which writes it first)."""
+        self._held = []
 
     def close(self) -> None:
         """Stop writing to log.txt."""
-        if self._log_file is not None:
-            self._log_file.close()
-        self._log = None
-        self._log_file = None
+        log_file, self._log_file, self._log = self._log_file, None, None
+        if log_file is not None:
+            try:
+                log_file.close()
+            except OSError as err:  # what it still held could not be written (a full disk): name the file
+                if err.filename is not None:
+                    raise
+                raise type(err)(err.errno, err.strerror or str(err), str(self._log_path)) from None
 
     def print(self, *objects: Any, terminal: bool = True) -> None:
         """Show rich renderables (text, tables) and log them."""
@@ -54,8 +71,15 @@ class Console:
     def log(self, *objects: Any) -> None:
         """Write to log.txt only."""
         if self._log is not None:
-            self._log.print(*objects)
-            self._log_file.flush()  # type: ignore[union-attr]
+            try:
+                self._log.print(*objects)
+                self._log_file.flush()  # type: ignore[union-attr]
+            except OSError as err:  # a full disk: the error names log.txt
+                if err.filename is not None:
+                    raise
+                raise type(err)(err.errno, err.strerror or str(err), str(self._log_path)) from None
+        elif self._held is not None:
+            self._held.append(objects)
 
     def info(self, message: str) -> None:
         """A plain line."""

@@ -85,9 +85,11 @@ def load_viewed_scene(target: str | Path, console: Console, device: str = "auto"
 
 
 def points_overview_pose(means: torch.Tensor, up: np.ndarray = np.array([0.0, 0.0, 1.0]), fov: float = 0.9) -> ViewPose:
-    """A camera looking at the Gaussians' median from outside most of them (up is ``up``)."""
-    points = means.detach().cpu().double().numpy()
-    center = np.median(points, axis=0)
+    """A camera looking at the Gaussians' median from outside most of them (up is ``up``); Gaussians
+    whose centre is not finite are left out (none left: the origin, from a distance of 2.5)."""
+    points = means.detach().cpu().double().numpy().reshape(-1, 3)
+    points = points[np.isfinite(points).all(axis=1)]
+    center = np.median(points, axis=0) if len(points) else np.zeros(3)
     radius = float(np.percentile(np.linalg.norm(points - center, axis=1), 90)) if len(points) else 1.0
     direction = np.array([1.0, -1.0, 0.6])
     position = center + direction / np.linalg.norm(direction) * max(radius, 1e-3) * 2.5
@@ -100,14 +102,19 @@ def points_overview_pose(means: torch.Tensor, up: np.ndarray = np.array([0.0, 0.
 
 
 def view(target: str | Path, console: Console, port: int = 8080, host: str = "127.0.0.1",
-         background: Optional[str] = None, out: Optional[str] = None, device: str = "auto") -> None:
-    """Serve the page until Ctrl-C."""
-    from ..viewer.server import ViewerServer, wait_for
+         background: Optional[str] = None, out: Optional[str] = None, device: str = "auto",
+         allow_origins: Optional[List[str]] = None) -> None:
+    """Serve the page until Ctrl-C; pages from ``allow_origins`` may connect besides the viewer's own."""
+    from ..viewer.guard import check_allow_origins
+    from ..viewer.server import ViewerServer, check_port_free, wait_for
     from ..viewer.service import ViewService
     from ..viewer.session import add_scene_cameras, scene_markdown
 
+    origins = check_allow_origins(allow_origins, "--allow-origin")
+    check_port_free(host, port)
     scene = load_viewed_scene(target, console, device, background, out)
-    server = ViewerServer(host, port, title=f"splattrain: {scene.name}", training=False)
+    server = ViewerServer(host, port, title=f"splattrain: {scene.name}", training=False, allow_origins=origins,
+                          warn=console.warning)
     try:
         service = ViewService(server, scene.renderer, scene.background, scene.png_dir, log=console.info)
         if scene.train or scene.test:

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from typing import List
 
 from ..errors import ConfigError
+
+#: What each rank runs: splattrain's command line, with the working directory off ``sys.path``
+#: as under the console script (``python -m`` would put it first, so a ``numpy.py`` there would run).
+RANK_ENTRY = "import sys; del sys.path[0]; from splattrain.cli import main; sys.exit(main())"
 
 
 def free_loopback_port() -> int:
@@ -18,7 +23,8 @@ def free_loopback_port() -> int:
 
 def launch_local(nproc: int, fit_argv: List[str]) -> int:
     """Run ``splattrain fit <fit_argv>`` on ``nproc`` ranks on 127.0.0.1 (what
-    ``torchrun --nproc-per-node N --master-addr 127.0.0.1 -m splattrain fit ...`` does); returns
+    ``torchrun --nproc-per-node N --master-addr 127.0.0.1 -m splattrain fit ...`` does, without the
+    working directory on the ranks' ``sys.path``); returns
     the exit code of the first rank that failed (2, 130, 143, ...) or 0."""
     if nproc < 1:
         raise ConfigError(f"--nproc {nproc}: give at least 1")
@@ -32,7 +38,7 @@ def launch_local(nproc: int, fit_argv: List[str]) -> int:
 
     args = get_args_parser().parse_args([
         "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1", "--master-port", str(free_loopback_port()),
-        "-m", "splattrain", "fit", *fit_argv,
+        "--no-python", sys.executable, "-u", "-c", RANK_ENTRY, "fit", *fit_argv,
     ])
     try:
         run(args)

@@ -17,7 +17,11 @@ from ..io.atomic import atomic_write_text
 from ..registry import WRITERS
 from ..writers import Writer, WriterGroup
 from . import checkpointing
-from .run_lock import RunDirectoryError, RunLock, move_run_aside, remove_stale_temporaries
+from .run_identity import check_checkpoint_run, foreign_entries, new_run_id, read_run_id, write_run_id
+from .run_lock import RunDirectoryError, RunLock, RunLocks, move_run_aside, remove_stale_temporaries
+
+#: Files a run appends to: a symbolic link in their place is refused before anything changes.
+APPENDED_FILES = ("log.txt", "metrics.jsonl", "metrics.csv")
 
 if TYPE_CHECKING:  # pragma: no cover
     from .trainer import DefaultTrainer
@@ -30,17 +34,25 @@ class SharedRunDir:
         """Nothing to release."""
 
 
-def lock_run_dir(trainer: "DefaultTrainer") -> RunLock | SharedRunDir:
-    """Lock the run directory for this process (RunDirectoryError naming the PID holding it), then
-    delete temporaries that a killed process left in it; sets ``trainer.checkpoint_dir``. On
-    ranks other than 0 of a multi-process run nothing is locked (rank 0 holds the lock)."""
+def lock_run_dir(trainer: "DefaultTrainer") -> RunLocks | SharedRunDir:
+    """Lock the run directory for this process (RunDirectoryError naming the PID holding it), and
+    the checkpoint folder when ``default_hooks.checkpoint.out_dir`` puts it elsewhere, then delete
+    temporaries that a killed process left in them; sets ``trainer.checkpoint_dir``. On ranks other
+    than 0 of a multi-process run nothing is locked (rank 0 holds the locks)."""
     for hook in trainer.hooks.hooks:
         if isinstance(hook, CheckPointHook) and hook.out_dir is not None:
             trainer.checkpoint_dir = Path(hook.out_dir)
     if not trainer.is_main:
         return SharedRunDir()
     notes: List[str] = []
-    lock = RunLock(trainer.run_dir).acquire(notes.append)
+    lock = RunLocks([RunLock(trainer.run_dir).acquire(notes.append)])
+    if not _inside(trainer.checkpoint_dir, trainer.run_dir):
+        try:
+            lock.locks.append(RunLock(trainer.checkpoint_dir, "checkpoint folder (default_hooks.checkpoint.out_dir)")
+                              .acquire(notes.append))
+        except BaseException:
+            lock.release()
+            raise
     for stale in remove_stale_temporaries(trainer.run_dir, trainer.checkpoint_dir):
         notes.append(f"removed {stale}, left by a process that stopped while writing it")
     trainer.runtime_notes = notes  # shown once log.txt is open
@@ -48,23 +60,63 @@ def lock_run_dir(trainer: "DefaultTrainer") -> RunLock | SharedRunDir:
 
 
 def check_run_dir(trainer: "DefaultTrainer", resume: Optional[str | Path], overwrite: bool) -> Optional[tuple]:
-    """Before anything in the run directory changes: read and check the checkpoint to resume
-    (returned for ``load_checkpoint``), or refuse a fresh run into a directory holding checkpoints
-    unless ``overwrite``, which moves the old run aside."""
-    if resume is not None:
-        return checkpointing.read_checkpoint(trainer, resume)
+    """Before anything in the run directory changes: refuse a folder that holds files but no
+    splattrain run, and run files that are symbolic links; read and check the checkpoint to
+    resume (returned for ``load_checkpoint``; one of another run is refused), or refuse a fresh
+    run into a directory holding checkpoints. ``overwrite`` moves an old run, or a foreign
+    folder's content, aside. Sets ``trainer.run_id`` (on rank 0)."""
     if not trainer.is_main:
-        return None  # rank 0 checks (and moves aside) the run directory
+        return checkpointing.read_checkpoint(trainer, resume) if resume is not None else None
+    foreign = foreign_entries(trainer.run_dir)
+    if resume is not None:
+        _refuse_foreign(trainer, foreign, "resume")
+        _refuse_links(trainer.run_dir)
+        trainer.run_id = read_run_id(trainer.run_dir)
+        path, checkpoint = checkpointing.read_checkpoint(trainer, resume)
+        check_checkpoint_run(checkpoint, path, trainer.run_id)
+        trainer.run_id = trainer.run_id or checkpoint.get("run_id") or new_run_id()
+        return path, checkpoint
     existing = sorted(trainer.checkpoint_dir.glob("*.pt")) if trainer.checkpoint_dir.is_dir() else []
-    if existing and overwrite and trainer.checkpoint_dir.resolve().is_relative_to(trainer.run_dir.resolve()):
+    if existing and not _inside(trainer.checkpoint_dir, trainer.run_dir):
+        raise RunDirectoryError(
+            f"'{trainer.checkpoint_dir}' already holds checkpoints of a run ({len(existing)} files); "
+            "pass --resume to continue it, or choose another output_dir or default_hooks.checkpoint.out_dir"
+        )
+    if (existing or foreign) and overwrite:
         moved = move_run_aside(trainer.run_dir)
-        trainer.console.warning(f"--overwrite: moved the previous run in {trainer.run_dir} to {moved}")
+        trainer.console.warning(f"--overwrite: moved what was in {trainer.run_dir} to {moved}")
     elif existing:
         raise RunDirectoryError(
             f"'{trainer.checkpoint_dir}' already holds checkpoints of a run ({len(existing)} files); "
             "pass --resume to continue it, --overwrite to move it aside, or choose another output_dir"
         )
+    else:
+        _refuse_foreign(trainer, foreign, "fit")
+    _refuse_links(trainer.run_dir)
+    trainer.run_id = new_run_id()
     return None
+
+
+def _refuse_foreign(trainer: "DefaultTrainer", foreign: List[str], what: str) -> None:
+    """A folder that holds files but no splattrain run is never written into."""
+    if not foreign:
+        return
+    shown = ", ".join(repr(name) for name in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+    hint = "--overwrite moves its content aside; " if what == "fit" else ""
+    raise RunDirectoryError(f"output_dir '{trainer.run_dir}' is not empty and holds no splattrain run "
+                            f"({len(foreign)} entries: {shown}); {hint}choose another output_dir")
+
+
+def _refuse_links(run_dir: Path) -> None:
+    """Files a run appends to must not be symbolic links (they would be written through)."""
+    for name in APPENDED_FILES:
+        if (run_dir / name).is_symlink():
+            raise RunDirectoryError(f"'{run_dir / name}' is a symbolic link; splattrain writes its run files only "
+                                    "as regular files, never through a link: remove it")
+
+
+def _inside(folder: Path, run_dir: Path) -> bool:
+    return Path(folder).resolve().is_relative_to(Path(run_dir).resolve())
 
 
 def open_run_dir(trainer: "DefaultTrainer") -> WriterGroup:
@@ -73,6 +125,8 @@ def open_run_dir(trainer: "DefaultTrainer") -> WriterGroup:
     if not trainer.is_main:
         return WriterGroup([], warn=trainer.console.warning)
     trainer.run_dir.mkdir(parents=True, exist_ok=True)
+    if getattr(trainer, "run_id", None) and read_run_id(trainer.run_dir) != trainer.run_id:
+        write_run_id(trainer.run_dir, trainer.run_id)
     trainer.console.open_log(trainer.run_dir / "log.txt")
     for note in getattr(trainer, "runtime_notes", []):
         trainer.console.info(note)

@@ -8,10 +8,13 @@ elsewhere the PID in the file is checked for a live process.
 
 from __future__ import annotations
 
+import errno
 import os
+import re
+import stat
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 from ..errors import UserError
 
@@ -33,8 +36,9 @@ class RunLock:
     Use :meth:`acquire` before anything in the directory changes and :meth:`release` at the end.
     """
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, what: str = "run directory") -> None:
         self.run_dir = Path(run_dir)
+        self.what = what
         self.path = self.run_dir / LOCK_NAME
         self._fd: Optional[int] = None
 
@@ -45,12 +49,22 @@ class RunLock:
         """
         self.run_dir.mkdir(parents=True, exist_ok=True)
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:  # never through a symbolic link: the PID would be written into the file it points to
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK, 0o644)
+            except OSError as err:
+                if err.errno == errno.ELOOP or self.path.is_symlink():
+                    raise RunDirectoryError(f"lock file '{self.path}' is a symbolic link, which splattrain never "
+                                            "creates; remove it") from None
+                raise
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise RunDirectoryError(f"lock file '{self.path}' is not a regular file; remove it")
+            os.set_blocking(fd, True)
             previous = _read_pid(fd)
             if not _try_lock(fd, previous):
                 os.close(fd)
                 raise RunDirectoryError(
-                    f"run directory '{self.run_dir}' is in use by process {previous or '(unknown)'} "
+                    f"{self.what} '{self.run_dir}' is in use by process {previous or '(unknown)'} "
                     f"(lock file {self.path}); wait for it to end or choose another output_dir"
                 )
             try:  # the file may have been removed and re-created by its previous owner meanwhile
@@ -77,6 +91,18 @@ class RunLock:
             pass
         os.close(self._fd)  # closing drops the flock
         self._fd = None
+
+
+class RunLocks:
+    """The locks a run holds (its directory, and its checkpoint folder when that lies elsewhere)."""
+
+    def __init__(self, locks: List[RunLock]) -> None:
+        self.locks = locks
+
+    def release(self) -> None:
+        """Drop every lock, the last taken first."""
+        for lock in reversed(self.locks):
+            lock.release()
 
 
 def _read_pid(fd: int) -> Optional[int]:
@@ -121,8 +147,14 @@ def move_run_aside(run_dir: Path) -> Path:
     return target
 
 
+#: The temporaries of splattrain's atomic writes of run files: ``.<name>.<random>.tmp``.
+STALE_TEMPORARY = re.compile(r"^\.(config\.yaml|results\.json|\.splattrain-run|(step_\d+|last|best|published)\.pt)"
+                             r"\.[a-z0-9_]{6,8}\.tmp$")
+
+
 def remove_stale_temporaries(*folders: Path) -> list[Path]:
-    """Delete ``.<name>.*.tmp`` files an atomic write left behind when its process died.
+    """Delete the temporaries of run files (:data:`STALE_TEMPORARY`) an atomic write left behind
+    when its process died; other files, whatever their name, are left alone.
 
     Call it only while holding the run's lock: no other process can be writing them.
     """
@@ -130,7 +162,7 @@ def remove_stale_temporaries(*folders: Path) -> list[Path]:
     for folder in folders:
         if folder.is_dir():
             for stale in folder.glob(".*.tmp"):
-                if stale.is_file():
+                if STALE_TEMPORARY.match(stale.name) and stale.is_file() and not stale.is_symlink():
                     stale.unlink()
                     removed.append(stale)
     return removed

@@ -169,13 +169,21 @@ class DefaultTrainer:
             lock.release()
 
     def _run(self, resumed: Optional[tuple]) -> Dict[str, Any]:
+        checkpoint = None
+        if resumed is not None:  # every check of the checkpoint passes before the run directory changes
+            self.console.hold_log()
+            try:
+                checkpoint = self._restore(resumed)
+            except BaseException:
+                self.dist.close()
+                raise
         self.writers = run_files.open_run_dir(self)
         try:
             run_files.print_header(self)
             self.evaluator = self._evaluator()
             self.call_hook("before_run")
-            if resumed is not None:
-                self.load_checkpoint(resumed)
+            if checkpoint is not None:
+                self.call_hook("after_load_checkpoint", checkpoint)
                 if self.step >= self.max_steps:
                     self.console.warning(f"the checkpoint is at step {self.step}; trainer.max_steps is {self.max_steps}, nothing to train")
                     if self.last_metrics.get("step") != self.step:
@@ -289,6 +297,8 @@ class DefaultTrainer:
     def checkpoint_state(self) -> Dict[str, Any]:
         """Everything needed to continue this run; hooks add to it in before_save_checkpoint."""
         checkpoint = checkpointing.checkpoint_state(self)
+        if getattr(self, "run_id", None):
+            checkpoint["run_id"] = self.run_id  # resuming refuses another run's checkpoint
         self.call_hook("before_save_checkpoint", checkpoint)
         return checkpoint
 
@@ -307,10 +317,15 @@ class DefaultTrainer:
         """Restore a checkpoint (a path, ``"latest"`` in the run directory, or what
         ``checkpointing.read_checkpoint`` returned) and continue from its step; refuses one whose
         scene or model settings differ from this config."""
+        checkpoint = self._restore(source)
+        self.call_hook("after_load_checkpoint", checkpoint)
+        return checkpoint
+
+    def _restore(self, source: str | Path | tuple) -> Dict[str, Any]:
+        """Load a checkpoint's state into the model, optimizers, strategy, data order, RNGs and hooks."""
         checkpoint = checkpointing.restore_checkpoint(self, source)
         self.dist.statistics_synced = True  # the restored statistics are totals: rank 0 keeps them
         self.strategy.release_statistics(self.strategy_state)
-        self.call_hook("after_load_checkpoint", checkpoint)
         return checkpoint
 
     def _evaluator(self) -> Evaluator:

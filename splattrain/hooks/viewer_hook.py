@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from ..registry import HOOKS
 from .auto_checkpoint import AutoCheckpointHook
@@ -39,16 +39,20 @@ class ViewerHook(Hook):
         cameras: show the camera frustums at first (the page has a checkbox).
         thumbnails: show each training image on its camera frustum.
         paused: start paused (the page opens before the first step).
+        allow_origins: other web origins (``http(s)://host[:port]``, or ``"*"``) whose pages may
+            connect; by default only the viewer's own page may (a page from another site open in
+            the same browser is refused).
     """
 
     priority = 97  # after the checkpoint and timer hooks, before AutoCheckpointHook's safe point
 
     def __init__(self, port: int = 8080, host: str = "127.0.0.1", resolution: int = 512, train_share: float = 0.9,
                  render_mode: str = "rgb", refresh: float = 10.0, cameras: bool = True,
-                 thumbnails: bool = True, paused: bool = False) -> None:
+                 thumbnails: bool = True, paused: bool = False, allow_origins: Optional[List[str]] = None) -> None:
         super().__init__()
         from ..errors import ConfigError
         from ..viewer.images import RENDER_MODES
+        from ..viewer.guard import check_allow_origins
         from ..viewer.server import check_port_free, import_viser
 
         if render_mode not in RENDER_MODES:
@@ -57,6 +61,11 @@ class ViewerHook(Hook):
             raise ConfigError(f"ViewerHook train_share {train_share}: use a value in [0.1, 1.0]")
         if not 0.1 <= float(refresh) <= 600.0:
             raise ConfigError(f"ViewerHook refresh {refresh}: use a number of seconds in [0.1, 600]")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ConfigError(f"ViewerHook port {port!r}: use a TCP port in 0..65535 (0: any free port)")
+        if not isinstance(resolution, int) or not 64 <= resolution <= 2048:
+            raise ConfigError(f"ViewerHook resolution {resolution!r}: use a whole number of pixels in [64, 2048]")
+        self.allow_origins = check_allow_origins(allow_origins, "ViewerHook allow_origins")
         import_viser()
         check_port_free(host, int(port))
         self.port = int(port)
@@ -87,7 +96,7 @@ class ViewerHook(Hook):
         settings = ViewerSettings(mode=self.render_mode, resolution=self.resolution, train_share=self.train_share,
                                   refresh=self.refresh, show_cameras=self.cameras)
         self.server = ViewerServer(self.host, self.port, title=f"splattrain: {trainer.cfg.name}", training=True,
-                                   settings=settings)
+                                   settings=settings, allow_origins=self.allow_origins, warn=trainer.console.warning)
         self.service = ViewService(self.server, trainer.renderer, trainer.background, trainer.run_dir / "viewer",
                                    log=trainer.console.info)
         self.budget = RenderBudget(self.train_share)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -14,6 +14,10 @@ from ..cameras import Camera
 #: Limits of the viewer's resolution control (pixels on the long side of the image).
 MIN_RESOLUTION = 64
 MAX_RESOLUTION = 2048
+#: What a browser's camera may be: a field of view in radians, an aspect ratio, a distance from the origin.
+FOV_RANGE = (1e-3, 3.1)
+ASPECT_RANGE = (1e-2, 1e2)
+MAX_POSITION = 1e7
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,30 @@ class ViewPose:
     position: Tuple[float, float, float]
     fov: float
     aspect: float
+
+
+def pose_problem(pose: ViewPose) -> Optional[str]:
+    """Why a browser's camera cannot be rendered (None when it can): every number finite, a
+    non-zero quaternion, the field of view and aspect ratio within FOV_RANGE and ASPECT_RANGE."""
+    try:
+        wxyz = [float(v) for v in pose.wxyz]
+        position = [float(v) for v in pose.position]
+        fov, aspect = float(pose.fov), float(pose.aspect)
+    except (TypeError, ValueError):
+        return "a camera value that is not a number"
+    if len(wxyz) != 4 or len(position) != 3:
+        return "a camera pose of the wrong size"
+    if not all(math.isfinite(v) for v in (*wxyz, *position, fov, aspect)):
+        return "a camera value that is not finite"
+    if math.sqrt(sum(v * v for v in wxyz)) < 1e-6:
+        return "a camera rotation of zero length"
+    if max(abs(v) for v in position) > MAX_POSITION:
+        return f"a camera position farther than {MAX_POSITION:g} from the origin"
+    if not FOV_RANGE[0] <= fov <= FOV_RANGE[1]:
+        return f"field of view {fov:g} rad (use {FOV_RANGE[0]:g}..{FOV_RANGE[1]:g})"
+    if not ASPECT_RANGE[0] <= aspect <= ASPECT_RANGE[1]:
+        return f"aspect ratio {aspect:g} (use {ASPECT_RANGE[0]:g}..{ASPECT_RANGE[1]:g})"
+    return None
 
 
 def quat_to_matrix(wxyz: Sequence[float]) -> np.ndarray:
@@ -53,7 +81,11 @@ def image_size(aspect: float, resolution: int) -> Tuple[int, int]:
 
 
 def pose_to_camera(pose: ViewPose, resolution: int, name: str = "viewer") -> Camera:
-    """The pinhole Camera the browser is looking through, ``resolution`` pixels on its long side."""
+    """The pinhole Camera the browser is looking through, ``resolution`` pixels on its long side
+    (ValueError for a pose :func:`pose_problem` refuses)."""
+    problem = pose_problem(pose)
+    if problem is not None:
+        raise ValueError(f"cannot render {problem}")
     width, height = image_size(pose.aspect, resolution)
     focal = 0.5 * height / math.tan(0.5 * pose.fov)
     c2w = np.eye(4)

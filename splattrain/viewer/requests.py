@@ -140,6 +140,18 @@ class ViewQueue:
             wants_png, state.png = state.png and not request.coarse, state.png and request.coarse
             return wants_png
 
+    def dropped(self, request: ViewRequest, now: Optional[float] = None) -> None:
+        """The request could not be served (a camera that cannot be rendered, a render that
+        failed): nothing sent, and it is not asked again until the browser changes something."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            state = self._clients.get(request.client_id)
+            if state is not None:
+                state.dirty = state.version != request.version
+                state.png = False
+                state.coarse = False
+                state.served_at = now
+
     def kept(self, request: ViewRequest, now: Optional[float] = None) -> None:
         """A refresh found the browser's image still right: nothing sent, the refresh clock restarts."""
         now = time.monotonic() if now is None else now

@@ -11,17 +11,19 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import math
 import socket
 import threading
 from dataclasses import dataclass, field
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..cameras import Camera
 from ..errors import UserError
 from .camera import (MAX_RESOLUTION, MIN_RESOLUTION, ViewPose, camera_pose, mean_up_direction, overview_pose,
-                     quat_to_matrix)
+                     pose_problem, quat_to_matrix)
+from .guard import BrowserErrorFilter, origin_checked_serve, setting_value
 from .images import RENDER_MODES
 from .requests import ViewQueue, ViewRequest
 
@@ -47,6 +49,8 @@ def import_viser():
 
 def check_port_free(host: str, port: int) -> None:
     """Raise ViewerError naming ``host:port`` when something already listens there."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ViewerError(f"viewer port {port!r}: use a TCP port in 0..65535 (0: any free port)")
     if port == 0:
         return
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -90,17 +94,29 @@ class ViewerServer:
         title: shown at the top of the control panel.
         training: show Pause / Resume / "save checkpoint" (a live run) instead of a finished scene.
         settings: initial control values.
+        allow_origins: web origins (``http(s)://host[:port]``, ``*`` for any) whose pages may use
+            the viewer besides its own page (see :mod:`splattrain.viewer.guard`).
+        warn: receives one line for each kind of request a browser sent that was refused.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 8080, title: str = "splattrain",
-                 training: bool = True, settings: Optional[ViewerSettings] = None) -> None:
+                 training: bool = True, settings: Optional[ViewerSettings] = None,
+                 allow_origins: Sequence[str] = (), warn: Optional[Callable[[str], None]] = None) -> None:
         viser = import_viser()
         check_port_free(host, port)
         self.host = host
         self.settings = settings or ViewerSettings()
         self.training = training
-        with _quiet():  # viser prints a banner; the caller reports the URL through its console
+        self._warn = warn
+        self._warned: set = set()
+        self.refused_origins: List[str] = []
+        self._error_filter = BrowserErrorFilter(self.warn_once).install()
+        with _quiet(), origin_checked_serve(list(allow_origins), self._refused) as checked:
             self.server = viser.ViserServer(host=host, port=port, label=title, verbose=False)
+        if not checked:
+            self.close()
+            raise ViewerError(f"viser {viser.__version__} starts its server in a way splattrain cannot check the "
+                              "origin of connections in; install viser 1.1")
         # No share-URL button: it would open a tunnel through a public relay.
         self.server.gui.configure_theme(show_share_button=False, control_width="medium")
         self.port = int(self.server.get_port())
@@ -145,22 +161,48 @@ class ViewerServer:
                     "Training share", 0.1, 1.0, 0.05, float(self.settings.train_share),
                     hint="viewer renders take at most the rest of the time (1.0: render only while paused)",
                 )
-                self.share_control.on_update(lambda _: self._set("train_share", float(self.share_control.value)))
+                self.share_control.on_update(lambda _: self._set("train_share", self.share_control.value))
                 self.refresh_control = gui.add_slider(
                     "Still view refresh", 0.1, max(60.0, self.settings.refresh), 0.1, float(self.settings.refresh),
                     hint="seconds between new images of a still view while training (sent when it changed visibly); "
                          "each image costs a browser without a GPU about a third of a CPU core-second",
                 )
-                self.refresh_control.on_update(lambda _: self._set("refresh", float(self.refresh_control.value)))
+                self.refresh_control.on_update(lambda _: self._set("refresh", self.refresh_control.value))
             self.cameras_control = gui.add_checkbox("Show cameras", self.settings.show_cameras)
-        self.mode_control.on_update(lambda _: self._set("mode", str(self.mode_control.value)))
-        self.resolution_control.on_update(lambda _: self._set("resolution", int(self.resolution_control.value)))
+        self.mode_control.on_update(lambda _: self._set("mode", self.mode_control.value))
+        self.resolution_control.on_update(lambda _: self._set("resolution", self.resolution_control.value))
         self.cameras_control.on_update(lambda _: self.show_cameras(bool(self.cameras_control.value)))
 
     def _set(self, name: str, value: object) -> None:
-        setattr(self.settings, name, value)
+        """A control changed: keep the value when it is one of the control's choices or within its
+        range, else put the control back (one warning for each control)."""
+        accepted = setting_value(name, value)
+        if accepted is None:
+            self.warn_once(f"setting:{name}", f"viewer: ignored {name.replace('_', ' ')} {str(value)[:80]!r} "
+                                              "from a browser (not one of the control's values)")
+            control = {"mode": "mode_control", "resolution": "resolution_control", "train_share": "share_control",
+                       "refresh": "refresh_control"}[name]
+            getattr(self, control).value = getattr(self.settings, name)
+            return
+        if getattr(self.settings, name) == accepted:
+            return
+        setattr(self.settings, name, accepted)
         if name not in ("train_share", "refresh"):
             self.mark_all_dirty()
+
+    def warn_once(self, key: str, message: Optional[str] = None) -> None:
+        """Pass ``message`` (``key`` when None) to ``warn`` the first time ``key`` is seen."""
+        if key in self._warned or len(self._warned) >= 100:
+            return
+        self._warned.add(key)
+        if self._warn is not None:
+            self._warn(message or key)
+
+    def _refused(self, origin: str) -> None:
+        self.refused_origins.append(origin[:200])
+        self.warn_once(f"origin:{origin[:200]}", f"viewer: refused a connection from a page at {origin[:200]!r} "
+                       "(not this viewer's own page; default_hooks.viewer.allow_origins / --allow-origin "
+                       "admit other origins)")
 
     def add_cameras(self, group: CameraGroup, scale: float) -> None:
         """Draw ``group`` as frustums of size ``scale``; clicking one moves that browser's view to it."""
@@ -227,7 +269,7 @@ class ViewerServer:
     def _on_connect(self, client) -> None:
         self.views.add(client.client_id)
         client.camera.on_update(lambda _camera, cid=client.client_id: self.mark_dirty(cid))
-        if self._initial_pose is not None:
+        if self._initial_pose is not None and pose_problem(self._initial_pose) is None:
             self.move_camera(client.client_id, self._initial_pose)
         self.wake.set()
 
@@ -253,7 +295,19 @@ class ViewerServer:
         if request is None:
             return None
         request.pose = self._pose(request.client_id)
-        return request if request.pose is not None else None
+        if request.pose is None:
+            return None
+        problem = pose_problem(request.pose)
+        if problem is not None:
+            self.views.dropped(request)
+            self.warn_once("pose", f"viewer: a browser asked for {problem}; "
+                           "that view is not rendered")
+            return None
+        return request
+
+    def drop(self, request: ViewRequest) -> None:
+        """Answer a request that could not be served: nothing sent until the browser changes something."""
+        self.views.dropped(request)
 
     def _pose(self, client_id: int) -> Optional[ViewPose]:
         client = self.server.get_clients().get(client_id)
@@ -264,9 +318,11 @@ class ViewerServer:
             height = max(1, int(camera.image_height))
             w, x, y, z = (float(v) for v in camera.wxyz)
             px, py, pz = (float(v) for v in camera.position)
-            return ViewPose((w, x, y, z), (px, py, pz), float(camera.fov), int(camera.image_width) / height)
+            return ViewPose((w, x, y, z), (px, py, pz), float(camera.fov), max(1, int(camera.image_width)) / height)
         except AssertionError:  # no camera message from this browser yet
             return None
+        except (TypeError, ValueError, OverflowError):  # not numbers, or not as many as a pose has
+            return ViewPose((0.0, 0.0, 0.0, 0.0), (0.0, 0.0, 0.0), math.nan, 1.0)
 
     def send(self, request: ViewRequest, image: np.ndarray, jpeg_quality: int = 90) -> bool:
         """Show ``image`` in the browser that asked; returns True when it wanted a PNG saved too."""
@@ -327,8 +383,10 @@ class ViewerServer:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            with _quiet():
-                self.server.stop()
+            if hasattr(self, "server"):
+                with _quiet():
+                    self.server.stop()
+            self._error_filter.remove()
 
 
 @contextlib.contextmanager

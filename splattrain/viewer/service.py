@@ -11,6 +11,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
+from ..io.atomic import atomic_write_bytes
 from ..model.gaussians import GaussianModel
 from ..render import Renderer
 from .camera import ViewPose, pose_to_camera
@@ -86,13 +87,25 @@ class ViewService:
         if request is None:
             return 0.0
         started = time.perf_counter()
-        image = self.render_pose(model, sh_degree, request.pose, request.mode, request.resolution)
+        try:
+            image = self.render_pose(model, sh_degree, request.pose, request.mode, request.resolution)
+        except Exception as err:  # a view that cannot be rendered never stops the run: one warning, no image
+            self.server.drop(request)
+            self.server.warn_once(f"render:{type(err).__name__}",
+                                  f"viewer: a view could not be rendered and was skipped ({type(err).__name__}: "
+                                  f"{str(err)[:200]})")
+            return time.perf_counter() - started
         if request.refresh and not visibly_changed(request.shown, image):
             self.server.keep(request)
         else:
             self.images_sent += 1
             if self.server.send(request, image):
-                self._save_png(request, image)
+                try:
+                    self._save_png(request, image)
+                except OSError as err:
+                    from ..errors import describe_os_error
+
+                    self.server.warn_once(f"png:{err.errno}", f"viewer: the view was not saved: {describe_os_error(err)}")
         seconds = time.perf_counter() - started
         self.renders += 1
         self.render_seconds += seconds
@@ -116,7 +129,7 @@ class ViewService:
         path = self.png_dir / f"view_{time.strftime('%Y%m%d_%H%M%S')}_{self._png_count:03d}_{request.mode}.png"
         buffer = io.BytesIO()
         Image.fromarray(image).save(buffer, format="PNG")
-        path.write_bytes(buffer.getvalue())
+        atomic_write_bytes(path, lambda f: f.write(buffer.getvalue()))
         if self.log is not None:
             self.log(f"viewer: saved {path}")
         self.server.notify(request.client_id, "View saved", str(path))

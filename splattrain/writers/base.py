@@ -108,7 +108,7 @@ class WriterGroup:
                 if self._warn is not None:
                     self._warn(
                         f"writer {type(writer).__name__} failed in {method} "
-                        f"({type(err).__name__}: {err}); it is disabled for the rest of the run"
+                        f"({_describe(err, writer)}); it is disabled for the rest of the run"
                     )
                 if method != "close":
                     with contextlib.suppress(Exception):  # best effort: it already failed once
@@ -131,3 +131,16 @@ class WriterGroup:
 
     def close(self) -> None:
         self._call("close")
+
+
+def _describe(error: Exception, writer: Writer) -> str:
+    """The error in one line; a failed file operation names the file (the writer's own, when the
+    error does not say which)."""
+    if isinstance(error, OSError):
+        from ..errors import describe_os_error
+
+        if error.filename is None:
+            where = getattr(writer, "path", None) or writer.run_dir
+            error = OSError(error.errno, error.strerror or str(error), str(where))
+        return describe_os_error(error)
+    return f"{type(error).__name__}: {error}"

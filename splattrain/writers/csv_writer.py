@@ -6,6 +6,7 @@ import csv
 from pathlib import Path
 from typing import Mapping
 
+from ..io.atomic import open_append
 from ..registry import WRITERS
 from .base import Writer
 from .rows import scalar_row
@@ -24,7 +25,7 @@ class CsvWriter(Writer):
         self.path = self.run_dir / filename
         self.path.parent.mkdir(parents=True, exist_ok=True)
         new = not self.path.exists() or self.path.stat().st_size == 0
-        self._file = open(self.path, "a", newline="", encoding="utf-8")
+        self._file = open_append(self.path, newline="")
         self._csv = csv.writer(self._file)
         if new:
             self._csv.writerow(["step", "tag", "value"])

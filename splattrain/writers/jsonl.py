@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Mapping
 
+from ..io.atomic import open_append
 from ..registry import WRITERS
 from .base import Writer
 from .rows import scalar_row
@@ -19,7 +20,7 @@ class JsonlWriter(Writer):
         super().__init__(run_dir)
         self.path = self.run_dir / filename
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._file = open_append(self.path)
 
     def write_scalars(self, scalars: Mapping[str, float], step: int) -> None:
         row = {"step": step, **scalar_row(scalars)}

@@ -21,6 +21,14 @@ class TensorboardWriter(Writer):
         from torch.utils.tensorboard import SummaryWriter
 
         self._writer = SummaryWriter(log_dir=str(self.run_dir / subdir))
+        _quiet_writer_threads()
+
+    @property
+    def path(self) -> Path:
+        """The events file this writer appends to (its folder until the file exists)."""
+        folder = Path(self._writer.get_logdir())
+        files = sorted(folder.glob("events.out.tfevents.*"), key=lambda p: p.stat().st_mtime)
+        return files[-1] if files else folder
 
     def write_scalar(self, tag: str, value: float, step: int) -> None:
         self._writer.add_scalar(tag, float(value), step)
@@ -45,3 +53,22 @@ class TensorboardWriter(Writer):
 
     def close(self) -> None:
         self._writer.close()
+
+
+def _quiet_writer_threads() -> None:
+    """TensorBoard writes events on a thread of its own, which keeps a failed write's exception
+    (raised again by the next write or flush: a warning naming the file) and re-raises it, so
+    Python would also print that thread's traceback. Those threads end without it."""
+    import threading
+
+    previous = threading.excepthook
+    if getattr(previous, "splattrain_quiet", False):
+        return
+
+    def excepthook(args: threading.ExceptHookArgs) -> None:
+        if type(args.thread).__name__ == "_AsyncWriterThread" and isinstance(args.exc_value, Exception):
+            return  # kept in the thread's ``exception``; the writer raises it where it is handled
+        previous(args)
+
+    excepthook.splattrain_quiet = True  # type: ignore[attr-defined]
+    threading.excepthook = excepthook

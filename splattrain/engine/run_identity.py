@@ -1,0 +1,80 @@
+"""Which run a folder and a checkpoint belong to.
+
+A run directory holds ``.splattrain-run`` with the run's id (a random hex string), written once
+the run's checks passed; every resumable checkpoint stores the same id under ``run_id``. A
+folder is a splattrain run when it holds that file (or, for runs made before it existed, both
+``config.yaml`` and ``log.txt``). A fresh fit goes only into an empty folder or a run; a resume
+refuses a checkpoint of another run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from ..errors import UserError
+from ..io.atomic import atomic_write_text
+from .run_lock import LOCK_NAME, RunDirectoryError
+
+MARKER_NAME = ".splattrain-run"
+_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+def read_run_id(run_dir: Path) -> Optional[str]:
+    """The id in ``run_dir``'s marker (None without one); RunDirectoryError for a marker that is
+    not splattrain's (a link, unreadable, not an id)."""
+    marker = Path(run_dir) / MARKER_NAME
+    if not marker.exists() and not marker.is_symlink():
+        return None
+    try:
+        if marker.is_symlink() or not marker.is_file() or marker.stat().st_size > 4096:
+            raise ValueError
+        run_id = json.loads(marker.read_text(encoding="utf-8"))["run_id"]
+        if not isinstance(run_id, str) or not _ID.match(run_id):
+            raise ValueError
+    except (ValueError, KeyError, TypeError, OSError, UnicodeDecodeError):
+        raise RunDirectoryError(f"'{marker}' is not a splattrain run marker; remove it or choose another "
+                                "output_dir") from None
+    return run_id
+
+
+def write_run_id(run_dir: Path, run_id: str) -> None:
+    """Record ``run_id`` in ``run_dir`` (atomically; a link there is replaced, not followed)."""
+    atomic_write_text(Path(run_dir) / MARKER_NAME, json.dumps({"run_id": run_id}) + "\n")
+
+
+def is_splattrain_run(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a splattrain run (its marker, or config.yaml and log.txt)."""
+    run_dir = Path(run_dir)
+    return (run_dir / MARKER_NAME).is_file() or ((run_dir / "config.yaml").is_file() and (run_dir / "log.txt").is_file())
+
+
+def foreign_entries(run_dir: Path) -> list:
+    """What a folder that is not a splattrain run holds (its lock file aside); empty for a run."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir() or is_splattrain_run(run_dir):
+        return []
+    return sorted(entry.name for entry in run_dir.iterdir() if entry.name != LOCK_NAME)
+
+
+def check_checkpoint_run(checkpoint: Mapping[str, Any], path: Path, run_id: Optional[str]) -> None:
+    """Refuse a checkpoint made by another run than ``run_id`` (checkpoints or run directories
+    from before run ids were stored pass)."""
+    saved = checkpoint.get("run_id")
+    if saved is None or run_id is None or saved == run_id:
+        return
+    raise CheckpointRunError(
+        f"'{path}' belongs to another run (run id {str(saved)[:12]}, this run directory's is {run_id[:12]}); "
+        "two runs may share a checkpoint folder only one at a time: resume from a checkpoint of this run"
+    )
+
+
+class CheckpointRunError(UserError):
+    """A checkpoint of one run was offered to resume another."""
