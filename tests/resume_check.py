@@ -89,3 +89,14 @@ def assert_same_run(straight: DefaultTrainer, resumed: DefaultTrainer, hooks: Se
             assert hook.state_dict(), hook.name
             assert_same(hook.state_dict(), states[hook.name], hook.name)
     assert resumed.last_metrics["psnr"] == straight.last_metrics["psnr"]
+
+
+class CountAfterStep(Hook):
+    """Records the Gaussian count after every step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: list = []
+
+    def after_train_iter(self, trainer, step, batch, outputs):
+        self.counts.append(trainer.model.num_gaussians)

@@ -5,24 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from resume_check import assert_same_run, make_trainer, single_thread, straight_and_resumed  # noqa: F401
+from resume_check import CountAfterStep, assert_same_run, make_trainer, single_thread, straight_and_resumed  # noqa: F401
 from splattrain.errors import ConfigError
-from splattrain.hooks import Hook
 from splattrain.strategy import BudgetStrategy, build_strategy
 
 #: Refinement every 2 steps from step 2 to step 10 of 12, no pruning: every refinement adds exactly
 #: what the curve asks for.
 BUDGET = ["strategy.type=budget", "strategy.refine_start_iter=1", "strategy.refine_every=2",
           "strategy.refine_stop_iter=10", "strategy.prune_opa=0.0", "strategy.reset_every=1000"]
-
-
-class CountAfterStep(Hook):
-    def __init__(self) -> None:
-        super().__init__()
-        self.counts = []
-
-    def after_train_iter(self, trainer, step, batch, outputs):
-        self.counts.append(trainer.model.num_gaussians)
 
 
 def test_the_target_rises_from_the_start_count_to_the_budget():

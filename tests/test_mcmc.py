@@ -8,10 +8,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from resume_check import assert_same_run, make_trainer, straight_and_resumed, single_thread  # noqa: F401
+from resume_check import CountAfterStep, assert_same_run, make_trainer, straight_and_resumed, single_thread  # noqa: F401
 from splattrain.config.schema import OptimConfig
 from splattrain.errors import ConfigError
-from splattrain.hooks import Hook
 from splattrain.model.gaussians import GaussianModel
 from splattrain.optim import build_optimizers
 from splattrain.render.torch_rasterizer import rasterize
@@ -151,18 +150,14 @@ def test_noise_moves_only_transparent_gaussians_by_their_covariance():
     torch.testing.assert_close(moved[0], covariance @ eps[0] * gate * 2.0)
 
 
-class CountAfterStep(Hook):
-    def __init__(self) -> None:
-        super().__init__()
-        self.counts = []
-
+class CountAndTerms(CountAfterStep):
     def after_train_iter(self, trainer, step, batch, outputs):
-        self.counts.append(trainer.model.num_gaussians)
+        super().after_train_iter(trainer, step, batch, outputs)
         self.terms = set(outputs["losses"])
 
 
 def test_mcmc_trains_on_cpu_and_respects_the_cap(tmp_path):
-    counter = CountAfterStep()
+    counter = CountAndTerms()
     trainer = make_trainer(tmp_path, "run", steps=10, overrides=MCMC, hooks=[counter])
     trainer.train()
     assert counter.counts[0] == 300 and max(counter.counts) == 330 == counter.counts[-1]
