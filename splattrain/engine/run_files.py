@@ -140,7 +140,8 @@ def print_hook_timing(trainer: "DefaultTrainer") -> None:
 
 def write_results(trainer: "DefaultTrainer", path: Path) -> Dict[str, Any]:
     """results.json: the last validation's metrics (psnr, cc_psnr, ssim, lpips), Gaussians, steps,
-    training time, per-view scores, and what the view corrections learned (when on)."""
+    training time, per-view scores, what the view corrections learned (when on), and
+    ``stopped: {step, reason}`` when a hook ended the run early."""
     metrics = trainer.last_metrics
     results = {
         "psnr": metrics.get("psnr"),
@@ -153,6 +154,8 @@ def write_results(trainer: "DefaultTrainer", path: Path) -> Dict[str, Any]:
         **trainer.view_opt.report(),
         "per_view": trainer.val_per_view,
     }
+    if trainer.stopped is not None:
+        results["stopped"] = trainer.stopped
     if trainer.is_main:
         atomic_write_text(path, json.dumps(results, indent=2) + "\n")
     return results

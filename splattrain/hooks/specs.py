@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping
 
 from ..errors import ConfigError
-from ..registry import HOOKS
+from ..registry import HOOKS, check_options
 from .base import Hook, get_priority
 
 #: Hooks every run gets unless ``default_hooks.<name>: null`` disables them.
@@ -51,6 +51,18 @@ def hook_specs(default_hooks: Mapping[str, Any], custom_hooks: List[Mapping[str,
         seen[base] = seen.get(base, 0) + 1
         specs.append((base if seen[base] == 1 else f"{base}_{seen[base]}", spec))
     return specs
+
+
+def check_hook_sections(sections: Mapping[str, Any], where: str = "") -> None:
+    """Refuse unknown hook types and options in ``{default_hooks, custom_hooks}`` (builds nothing)."""
+    default_hooks, custom_hooks = dict(sections.get("default_hooks") or {}), list(sections.get("custom_hooks") or [])
+    for name, spec in hook_specs(default_hooks, custom_hooks):
+        options = {k: v for k, v in spec.items() if k not in ("type", "priority")}
+        section = f"default_hooks.{name}" if name in DEFAULT_HOOKS or name in default_hooks else "custom_hooks"
+        check_options(HOOKS.get(str(spec["type"])), options, f"hook {name!r} ({spec['type']})", section)
+
+
+HOOKS.set_checker(check_hook_sections)
 
 
 def build_hook(name: str, spec: Dict[str, Any]) -> Hook:
