@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Any, List
+from typing import Any, List, Optional
 
 from ..hooks.auto_checkpoint import AutoCheckpointHook
 from ..hooks.base import Hook
@@ -63,13 +63,19 @@ def agree_at_end(trainer: Trainer) -> None:
             hook.pending = signum
 
 
-def agree_on_requests(trainer: Trainer, stop: bool, validation: bool, checkpoint: bool) -> tuple[bool, bool, bool]:
-    """The hooks' requests of this step (stop, validate, save) as any rank made them, so every
-    rank acts alike: one small all-reduce per step on several ranks, none in a single process."""
-    if not trainer.dist.enabled:
+def agree_on_requests(trainer: Trainer, stop: Optional[str], validation: bool,
+                      checkpoint: bool) -> tuple[Optional[str], bool, bool]:
+    """The hooks' requests of this step (the stop reason, validate, save) as any rank made them,
+    so every rank acts alike: one small all-reduce per step on several ranks (and, on the step a
+    stop is agreed, an exchange of the reasons), none in a single process."""
+    ctx = trainer.dist
+    if not ctx.enabled:
         return stop, validation, checkpoint
-    agreed = trainer.dist.any_rank([int(stop), int(validation), int(checkpoint)])
-    return bool(agreed[0]), bool(agreed[1]), bool(agreed[2])
+    agreed = ctx.any_rank([int(stop is not None), int(validation), int(checkpoint)])
+    if agreed[0]:
+        reasons = ctx.gather_objects(stop)
+        stop = next(f"{reason} (rank {rank})" if rank else reason for rank, reason in enumerate(reasons) if reason)
+    return stop, bool(agreed[1]), bool(agreed[2])
 
 
 def rank_local_deciders(trainer: Trainer) -> List[str]:

@@ -193,9 +193,9 @@ class DefaultTrainer:
 
     def _after_requests(self, step: int, validated: bool) -> bool:
         """Act on the step's requests as the ranks agree on them; True when the run stops here."""
-        stop, validate, save = agree_on_requests(
-            self, self._stop_request is not None, self._validation_request, self._checkpoint_request)
-        reason = self._stop_request or "requested on another rank"
+        reason, validate, save = agree_on_requests(
+            self, self._stop_request, self._validation_request, self._checkpoint_request)
+        stop = reason is not None
         self._stop_request, self._validation_request, self._checkpoint_request = None, False, False
         if (validate or stop) and not validated:
             self.validate()

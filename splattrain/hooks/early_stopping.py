@@ -48,6 +48,7 @@ class EarlyStoppingHook(Hook):
         self.best: Optional[float] = None
         self.best_step = 0
         self.bad_validations = 0
+        self.last_step = -1  # a step validated again (on resume, at the end) is counted once
 
     def improved(self, value: float) -> bool:
         """Whether ``value`` beats the best so far by more than ``min_delta``."""
@@ -59,9 +60,12 @@ class EarlyStoppingHook(Hook):
         if self.monitor not in metrics:
             raise ConfigError(f"EarlyStoppingHook monitor {self.monitor!r}: the validation has no such metric "
                               f"(it has: {', '.join(k for k in metrics if k != 'step')})")
-        value = float(metrics[self.monitor])
+        step = int(metrics.get("step", trainer.step))
+        if step <= self.last_step:
+            return
+        self.last_step, value = step, float(metrics[self.monitor])
         if self.improved(value):
-            self.best, self.best_step, self.bad_validations = value, int(metrics.get("step", trainer.step)), 0
+            self.best, self.best_step, self.bad_validations = value, step, 0
             return
         self.bad_validations += 1
         if self.bad_validations >= self.patience:
@@ -71,8 +75,9 @@ class EarlyStoppingHook(Hook):
             )
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"best": self.best, "best_step": self.best_step, "bad_validations": self.bad_validations}
+        return {"best": self.best, "best_step": self.best_step, "bad_validations": self.bad_validations,
+                "last_step": self.last_step}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.best, self.best_step = state.get("best"), int(state.get("best_step", 0))
-        self.bad_validations = int(state.get("bad_validations", 0))
+        self.bad_validations, self.last_step = int(state.get("bad_validations", 0)), int(state.get("last_step", -1))
