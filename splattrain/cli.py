@@ -36,6 +36,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USER_ERROR, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
 
 
+def _plugin_options(parser: argparse.ArgumentParser) -> None:
+    """--import / --trust-config: how a command on a run registers the run's own plugins."""
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="PATH_OR_MODULE",
+                        help="import a module (a .py path or a dotted name) that registers the run's plugins; repeatable")
+    parser.add_argument("--trust-config", action="store_true",
+                        help="import what the run's config.yaml names in imports: (runs that code)")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="splattrain", description="Train 3D Gaussian Splatting scenes.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -62,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", help="output folder (default RUN_DIR/eval/step_XXXXXX)")
     ev.add_argument("--save-renders", action="store_true", help="also write the rendered views as PNGs")
     ev.add_argument("--device", default="auto")
+    _plugin_options(ev)
     rd = sub.add_parser("render", help="render frames and an animation of a trained scene")
     rd.add_argument("target", metavar="RUN_DIR|CKPT", help=target_help)
     rd.add_argument("--path", choices=["test", "orbit"], default="test", help="test cameras or an orbit")
@@ -69,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     rd.add_argument("--fps", type=int, default=15)
     rd.add_argument("--out", help="output folder (default RUN_DIR/renders/<path>_step_XXXXXX)")
     rd.add_argument("--device", default="auto")
+    _plugin_options(rd)
     ex = sub.add_parser("export", help="write a trained scene as .ply, compressed .ply, .spz or .splat")
     ex.add_argument("target", metavar="RUN_DIR|CKPT", help=target_help)
     ex.add_argument("--format", choices=["ply", "splat", "spz", "ply-compressed"], default="ply")
@@ -76,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--out", help="output file (default RUN_DIR/export/step_XXXXXX.<format>)")
     ex.add_argument("--world-frame", choices=["normalized", "original"], default=None,
                     help="'original' undoes the scene normalisation applied at load (default: export.world_frame)")
+    _plugin_options(ex)
     sc = sub.add_parser("schedule", help="print (or plot) the learning rates and SH degree a config will use")
     sc.add_argument("--config", required=True, help="YAML config file (see configs/)")
     sc.add_argument("--out", help="also plot every curve to this PNG file")
@@ -88,6 +99,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="background colour in [0, 1] (default: the run's, white for a PLY)")
     vw.add_argument("--out", help="folder for saved PNG views (default RUN_DIR/viewer, or beside the PLY)")
     vw.add_argument("--device", default="auto")
+    _plugin_options(vw)
     lst = sub.add_parser("list", help="list registered hooks, writers, datasets, renderers, losses, strategies, trainers")
     lst.add_argument("what", choices=list(_REGISTRIES))
     lst.add_argument("--config", help="also import the modules this config names in imports:")
@@ -181,7 +193,8 @@ def _eval(args: argparse.Namespace) -> int:
     from .commands.evaluate import evaluate
     from .console import Console
 
-    evaluate(args.target, Console(), split=args.split, out=args.out, save_renders=args.save_renders, device=args.device)
+    evaluate(args.target, Console(), split=args.split, out=args.out, save_renders=args.save_renders, device=args.device,
+             imports=args.imports, trust_config=args.trust_config)
     return 0
 
 
@@ -192,7 +205,8 @@ def _render(args: argparse.Namespace) -> int:
     for option, value in (("--frames", args.frames), ("--fps", args.fps)):
         if not 1 <= value <= 100_000:
             raise UserError(f"render {option} must be between 1 and 100000, got {value}")
-    render(args.target, Console(), path=args.path, out=args.out, frames=args.frames, fps=args.fps, device=args.device)
+    render(args.target, Console(), path=args.path, out=args.out, frames=args.frames, fps=args.fps, device=args.device,
+           imports=args.imports, trust_config=args.trust_config)
     return 0
 
 
@@ -201,7 +215,7 @@ def _export(args: argparse.Namespace) -> int:
     from .console import Console
 
     export(args.target, Console(), fmt=args.format, out=args.out, world_frame=args.world_frame,
-           sh_degree=args.sh_degree)
+           sh_degree=args.sh_degree, imports=args.imports, trust_config=args.trust_config)
     return 0
 
 
@@ -210,7 +224,7 @@ def _view(args: argparse.Namespace) -> int:
     from .console import Console
 
     view(args.target, Console(), port=args.port, host=args.host, background=args.background, out=args.out,
-         device=args.device)
+         device=args.device, imports=args.imports, trust_config=args.trust_config)
     return 0
 
 

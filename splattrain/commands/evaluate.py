@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -34,9 +34,12 @@ def evaluate(
     save_renders: bool = False,
     device: str = "auto",
     lpips: Optional[bool] = None,
+    imports: Sequence[str] = (),
+    trust_config: bool = False,
 ) -> Dict[str, Any]:
-    """Render every ``split`` view of the checkpoint at ``target``, score it, and write metrics.json."""
-    snapshot = load_snapshot(target, device)
+    """Render every ``split`` view of the checkpoint at ``target``, score it, and write metrics.json
+    (``imports`` / ``trust_config``: see :func:`~splattrain.commands.snapshot.load_snapshot`)."""
+    snapshot = load_snapshot(target, device, imports, trust_config)
     out_dir = Path(out) if out is not None else snapshot.run_dir / "eval" / f"step_{snapshot.step:06d}"
     cfg = snapshot.cfg
     evaluator = Evaluator(cfg.metrics.lpips if lpips is None else lpips, cfg.metrics.lpips_net, snapshot.device, console.warning,

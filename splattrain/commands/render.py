@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import math
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -70,7 +70,12 @@ def _save(frames: List[np.ndarray], out_dir: Path, fps: int) -> Dict[str, Path]:
 
         mp4 = out_dir / "render.mp4"
         with atomic_path(mp4) as tmp:
-            imageio.mimwrite(tmp, frames, fps=fps, format="FFMPEG", codec="libx264")
+            staged = tmp.with_suffix(".mp4")  # ffmpeg picks the container by the file's suffix
+            try:
+                imageio.mimwrite(staged, frames, fps=fps, format="FFMPEG", codec="libx264")
+                staged.replace(tmp)
+            finally:
+                staged.unlink(missing_ok=True)
         written["mp4"] = mp4
     return written
 
@@ -84,11 +89,13 @@ def render(
     frames: int = 60,
     fps: int = 15,
     device: str = "auto",
+    imports: Sequence[str] = (),
+    trust_config: bool = False,
 ) -> Dict[str, object]:
     """Render PNG frames along ``path`` ('test' cameras or an 'orbit') and an animated GIF (MP4 when possible)."""
     if path not in ("test", "orbit"):
         raise UserError(f"--path {path!r}: use 'test' or 'orbit'")
-    snapshot = load_snapshot(target, device)
+    snapshot = load_snapshot(target, device, imports, trust_config)
     out_dir = Path(out) if out is not None else snapshot.run_dir / "renders" / f"{path}_step_{snapshot.step:06d}"
     scene = snapshot.views("test")
     cameras = [f.camera for f in scene.test_frames]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -51,7 +51,8 @@ def parse_background(text: str) -> List[float]:
 
 
 def load_viewed_scene(target: str | Path, console: Console, device: str = "auto",
-                      background: Optional[str] = None, out: Optional[str] = None) -> ViewedScene:
+                      background: Optional[str] = None, out: Optional[str] = None,
+                      imports: Sequence[str] = (), trust_config: bool = False) -> ViewedScene:
     """A scene file (.ply, compressed .ply, .spz, .splat: by its suffix), else a run directory or
     checkpoint with its train and test cameras."""
     path = Path(target)
@@ -68,7 +69,7 @@ def load_viewed_scene(target: str | Path, console: Console, device: str = "auto"
     from ..data.pipeline import camera_scene_scale
     from .snapshot import load_snapshot
 
-    snapshot = load_snapshot(path, device)
+    snapshot = load_snapshot(path, device, imports, trust_config)
     colour = parse_background(background) if background else list(snapshot.cfg.data.background)
     scene = ViewedScene(str(snapshot.cfg.name), snapshot.model, snapshot.sh_degree,
                         snapshot.renderer(log=console.debug, warn=console.warning),
@@ -100,13 +101,14 @@ def points_overview_pose(means: torch.Tensor, up: np.ndarray = np.array([0.0, 0.
 
 
 def view(target: str | Path, console: Console, port: int = 8080, host: str = "127.0.0.1",
-         background: Optional[str] = None, out: Optional[str] = None, device: str = "auto") -> None:
+         background: Optional[str] = None, out: Optional[str] = None, device: str = "auto",
+         imports: Sequence[str] = (), trust_config: bool = False) -> None:
     """Serve the page until Ctrl-C."""
     from ..viewer.server import ViewerServer, wait_for
     from ..viewer.service import ViewService
     from ..viewer.session import add_scene_cameras, scene_markdown
 
-    scene = load_viewed_scene(target, console, device, background, out)
+    scene = load_viewed_scene(target, console, device, background, out, imports, trust_config)
     server = ViewerServer(host, port, title=f"splattrain: {scene.name}", training=False)
     try:
         service = ViewService(server, scene.renderer, scene.background, scene.png_dir, log=console.info)
