@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import Any, List, NoReturn, Optional
+from typing import Any, Iterator, List, NoReturn, Optional
 
 from .errors import UserError, describe_os_error
 
@@ -137,8 +139,9 @@ def _fit(args: argparse.Namespace) -> int:
         args.viewer = "8080"
     viewer = [] if args.viewer is None else [f"default_hooks.viewer.port={args.viewer}"]
     cfg = load_config(config_path, [*args.overrides, *viewer])
-    trainer = TRAINERS.get(cfg.trainer.type)(cfg, console=console, config_dir=config_path.parent)
-    trainer.resume_hint = " ".join(["splattrain fit --config", str(config_path), *args.overrides, "--resume"])
+    with _naming_config(config_path):  # what fails while plugins are built names the config too
+        trainer = TRAINERS.get(cfg.trainer.type)(cfg, console=console, config_dir=config_path.parent)
+    trainer.resume_hint = shlex.join(["splattrain", "fit", "--config", str(config_path), *args.overrides, "--resume"])
     if args.dry_run:
         if not trainer.is_main:
             return 0
@@ -152,7 +155,8 @@ def _fit(args: argparse.Namespace) -> int:
         import gc          # garbage collector need not walk them again during training
 
         gc.freeze()
-    results = trainer.train(resume=args.resume, overwrite=args.overwrite)
+    with _naming_config(config_path):
+        results = trainer.train(resume=args.resume, overwrite=args.overwrite)
     if not trainer.is_main:
         return 0  # rank 0 reports
     shown = "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in results.items() if k != "per_view")
@@ -160,6 +164,19 @@ def _fit(args: argparse.Namespace) -> int:
     console.print(f"done: {shown}  ->  {trainer.run_dir / 'results.json'}")
     console.close()
     return 0
+
+
+@contextlib.contextmanager
+def _naming_config(path: Path) -> Iterator[None]:
+    """A ConfigError raised inside names the config file first, as load_config's errors do."""
+    from .errors import ConfigError
+
+    try:
+        yield
+    except ConfigError as err:
+        if str(err).startswith(str(path)):
+            raise
+        raise ConfigError(f"{path}: {err}") from None
 
 
 def _without_nproc(argv: List[str]) -> List[str]:
@@ -182,8 +199,8 @@ def _writer_rows(specs: List[Any]) -> List[List[str]]:
     from .writers import check_writer_spec
 
     rows = []
-    for spec in specs:
-        cls = check_writer_spec(spec)
+    for index, spec in enumerate(specs):
+        cls = check_writer_spec(spec, f"writers[{index}]")
         options = ", ".join(f"{k}={v}" for k, v in spec.items() if k != "type")
         rows.append([escape(str(spec["type"])), cls.__name__, escape(options)])
     return rows

@@ -47,7 +47,7 @@ class Registry:
         self.kind = kind
         self.locations = locations
         self._loaded = not locations
-        self._checker: Optional[Callable[[Mapping[str, Any], str], None]] = None
+        self._checker: Optional[Callable[[Any, str], None]] = None
         self._entries: Dict[str, Callable[..., Any]] = {}
         self._aliases: Dict[str, list[str]] = {}
 
@@ -58,12 +58,12 @@ class Registry:
             for module in self.locations:
                 importlib.import_module(module)
 
-    def set_checker(self, checker: Callable[[Mapping[str, Any], str], None]) -> None:
+    def set_checker(self, checker: Callable[[Any, str], None]) -> None:
         """How :meth:`check` checks this kind's config section (``checker(section, where)``);
         the package defining the built-ins sets it when a section is more than ``{type, **options}``."""
         self._checker = checker
 
-    def check(self, spec: Mapping[str, Any], where: str) -> None:
+    def check(self, spec: Any, where: str) -> None:
         """Refuse unknown types and options in the config section ``spec`` at key path ``where``
         with a ConfigError naming the key; builds nothing, so it has no side effects."""
         self._load()

@@ -1,4 +1,4 @@
-"""Check a config's plugin sections (renderer, strategy, loss, view corrections, data, hooks)
+"""Check a config's plugin sections (renderer, strategy, loss, view corrections, data, hooks, writers)
 against the registered classes, after importing the modules named in ``imports:``.
 
 Only the registries are used: each finds its built-ins from its declared locations, and each
@@ -13,13 +13,14 @@ from typing import Any, Dict, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from ..errors import ConfigError
-from ..registry import APPEARANCE, DATASETS, HOOKS, LOSSES, POSE_OPT, RENDERERS, STRATEGIES
+from ..registry import APPEARANCE, DATASETS, HOOKS, LOSSES, POSE_OPT, RENDERERS, STRATEGIES, TRAINERS, WRITERS
 from .imports import import_user_modules
 
 
 def check_plugin_sections(cfg: DictConfig, config_dir: Optional[Path] = None) -> None:
     """Import ``cfg.imports``, then refuse unknown types and options in every plugin section
-    (ConfigError naming the key); nothing is built that has side effects."""
+    (renderer, strategy, loss terms, view corrections, dataset, hooks, writers, trainer type):
+    one ConfigError naming the key path (``writers[0].paht``); nothing is built that has side effects."""
     import_user_modules(list(cfg.imports), config_dir)
     RENDERERS.check(_plain(cfg.renderer), "renderer")
     STRATEGIES.check(_plain(cfg.strategy), "strategy")
@@ -31,6 +32,8 @@ def check_plugin_sections(cfg: DictConfig, config_dir: Optional[Path] = None) ->
     elif cfg.data.options:
         raise ConfigError("data.options needs an explicit data.type (the options belong to one reader)")
     HOOKS.check({"default_hooks": _plain(cfg.default_hooks), "custom_hooks": [_plain(s) for s in cfg.custom_hooks]}, "")
+    WRITERS.check([_plain(s) for s in cfg.writers], "writers")
+    TRAINERS.get(str(cfg.trainer.type))  # its options are the trainer section's schema keys
 
 
 def _plain(node: Any) -> Dict[str, Any]:

@@ -17,7 +17,7 @@ from ..data.loading import load_scene
 from ..data.pipeline import DataPipeline, camera_scene_scale
 from ..distributed import DistContext
 from ..hooks.base import Hook
-from ..hooks.specs import build_hook, hook_specs
+from ..hooks.specs import build_hook, hook_sections, hook_specs
 from ..losses import Loss, build_loss
 from ..model.gaussians import GaussianModel
 from ..optim import build_optimizers, build_schedulers
@@ -104,7 +104,8 @@ class _LossContext:
 
 def build_hooks(cfg: DictConfig) -> List[Hook]:
     """The config's default and custom hooks, built in order."""
-    return [build_hook(name, spec) for name, spec in hook_specs(plain(cfg.default_hooks), [plain(s) for s in cfg.custom_hooks])]
+    sections = hook_sections(plain(cfg.default_hooks), [plain(s) for s in cfg.custom_hooks])
+    return [build_hook(name, spec, where) for name, spec, where in sections]
 
 
 def run_policy(cfg: DictConfig) -> Tuple[Path, bool]:

@@ -152,7 +152,7 @@ class DefaultTrainer:
     def _run(self, resumed: Optional[tuple]) -> Dict[str, Any]:
         self.writers = run_files.open_run_dir(self)
         try:
-            run_files.print_header(self)
+            run_files.print_header(self, resumed)
             self.evaluator = self._evaluator()
             self.call_hook("before_run")
             if resumed is not None:
