@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-import numpy as np
 import torch
 from omegaconf import OmegaConf
 
@@ -14,13 +13,14 @@ from .. import interrupts
 from ..console import Console
 from ..io.atomic import atomic_path, atomic_write_text
 from ..metrics import Evaluator, mean_metrics
+from ..writers.png import to_uint8
 from .snapshot import load_snapshot
 
 
 def _save_png(path: Path, image: torch.Tensor) -> None:
     from PIL import Image
 
-    array = (image.clamp(0, 1).cpu().numpy() * 255.0 + 0.5).astype(np.uint8)
+    array = to_uint8(image.detach().cpu().numpy())
     with atomic_path(path) as tmp:
         Image.fromarray(array).save(tmp, format="PNG")
 

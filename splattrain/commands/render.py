@@ -18,6 +18,7 @@ from ..console import Console
 from ..data.pipeline import focus_point
 from ..errors import UserError
 from ..io.atomic import atomic_path
+from ..writers.png import to_uint8
 from .snapshot import load_snapshot
 
 
@@ -108,7 +109,7 @@ def render(
         for index, camera in enumerate(cameras):
             interrupts.check()
             result = renderer.render(snapshot.model, [camera.to(snapshot.device)], snapshot.sh_degree, snapshot.background)
-            image = (result.rgb[0].clamp(0, 1).cpu().numpy() * 255.0 + 0.5).astype(np.uint8)
+            image = to_uint8(result.rgb[0].detach().cpu().numpy())
             images.append(image)
             with atomic_path(out_dir / "frames" / f"frame_{index:04d}.png") as tmp:
                 Image.fromarray(image).save(tmp, format="PNG")
