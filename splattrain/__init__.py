@@ -24,6 +24,8 @@ _EXPORTS = {
     "UserError": ".errors",
     "Hook": ".hooks",
     "Priority": ".hooks",
+    "StepOutputs": ".hooks.trainer_api",
+    "Trainer": ".hooks.trainer_api",
     "LossTerm": ".losses",
     "GaussianModel": ".model.gaussians",
     "Registry": ".registry",

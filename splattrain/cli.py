@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import Any, List, NoReturn, Optional
+from typing import Any, Iterator, List, NoReturn, Optional
 
 from .errors import UserError, describe_os_error
 
@@ -36,6 +38,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USER_ERROR, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
 
 
+def _plugin_options(parser: argparse.ArgumentParser) -> None:
+    """--import / --trust-config: how a command on a run registers the run's own plugins."""
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="PATH_OR_MODULE",
+                        help="import a module (a .py path or a dotted name) that registers the run's plugins; repeatable")
+    parser.add_argument("--trust-config", action="store_true",
+                        help="import what the run's config.yaml names in imports: (runs that code)")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="splattrain", description="Train 3D Gaussian Splatting scenes.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -62,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", help="output folder (default RUN_DIR/eval/step_XXXXXX)")
     ev.add_argument("--save-renders", action="store_true", help="also write the rendered views as PNGs")
     ev.add_argument("--device", default="auto")
+    _plugin_options(ev)
     rd = sub.add_parser("render", help="render frames and an animation of a trained scene")
     rd.add_argument("target", metavar="RUN_DIR|CKPT", help=target_help)
     rd.add_argument("--path", choices=["test", "orbit"], default="test", help="test cameras or an orbit")
@@ -69,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     rd.add_argument("--fps", type=int, default=15)
     rd.add_argument("--out", help="output folder (default RUN_DIR/renders/<path>_step_XXXXXX)")
     rd.add_argument("--device", default="auto")
+    _plugin_options(rd)
     ex = sub.add_parser("export", help="write a trained scene as .ply, compressed .ply, .spz or .splat")
     ex.add_argument("target", metavar="RUN_DIR|CKPT", help=target_help)
     ex.add_argument("--format", choices=["ply", "splat", "spz", "ply-compressed"], default="ply")
@@ -76,6 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--out", help="output file (default RUN_DIR/export/step_XXXXXX.<format>)")
     ex.add_argument("--world-frame", choices=["normalized", "original"], default=None,
                     help="'original' undoes the scene normalisation applied at load (default: export.world_frame)")
+    _plugin_options(ex)
     sc = sub.add_parser("schedule", help="print (or plot) the learning rates and SH degree a config will use")
     sc.add_argument("--config", required=True, help="YAML config file (see configs/)")
     sc.add_argument("--out", help="also plot every curve to this PNG file")
@@ -90,6 +103,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="background colour in [0, 1] (default: the run's, white for a PLY)")
     vw.add_argument("--out", help="folder for saved PNG views (default RUN_DIR/viewer, or beside the PLY)")
     vw.add_argument("--device", default="auto")
+    _plugin_options(vw)
     lst = sub.add_parser("list", help="list registered hooks, writers, datasets, renderers, losses, strategies, trainers")
     lst.add_argument("what", choices=list(_REGISTRIES))
     lst.add_argument("--config", help="also import the modules this config names in imports:")
@@ -127,8 +141,9 @@ def _fit(args: argparse.Namespace) -> int:
         args.viewer = "8080"
     viewer = [] if args.viewer is None else [f"default_hooks.viewer.port={args.viewer}"]
     cfg = load_config(config_path, [*args.overrides, *viewer])
-    trainer = TRAINERS.get(cfg.trainer.type)(cfg, console=console, config_dir=config_path.parent)
-    trainer.resume_hint = " ".join(["splattrain fit --config", str(config_path), *args.overrides, "--resume"])
+    with _naming_config(config_path):  # what fails while plugins are built names the config too
+        trainer = TRAINERS.get(cfg.trainer.type)(cfg, console=console, config_dir=config_path.parent)
+    trainer.resume_hint = shlex.join(["splattrain", "fit", "--config", str(config_path), *args.overrides, "--resume"])
     if args.dry_run:
         if not trainer.is_main:
             return 0
@@ -142,7 +157,8 @@ def _fit(args: argparse.Namespace) -> int:
         import gc          # garbage collector need not walk them again during training
 
         gc.freeze()
-    results = trainer.train(resume=args.resume, overwrite=args.overwrite)
+    with _naming_config(config_path):
+        results = trainer.train(resume=args.resume, overwrite=args.overwrite)
     if not trainer.is_main:
         return 0  # rank 0 reports
     shown = "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in results.items() if k != "per_view")
@@ -150,6 +166,19 @@ def _fit(args: argparse.Namespace) -> int:
     console.print(f"done: {shown}  ->  {trainer.run_dir / 'results.json'}")
     console.close()
     return 0
+
+
+@contextlib.contextmanager
+def _naming_config(path: Path) -> Iterator[None]:
+    """A ConfigError raised inside names the config file first, as load_config's errors do."""
+    from .errors import ConfigError
+
+    try:
+        yield
+    except ConfigError as err:
+        if str(err).startswith(str(path)):
+            raise
+        raise ConfigError(f"{path}: {err}") from None
 
 
 def _without_nproc(argv: List[str]) -> List[str]:
@@ -172,8 +201,8 @@ def _writer_rows(specs: List[Any]) -> List[List[str]]:
     from .writers import check_writer_spec
 
     rows = []
-    for spec in specs:
-        cls = check_writer_spec(spec)
+    for index, spec in enumerate(specs):
+        cls = check_writer_spec(spec, f"writers[{index}]")
         options = ", ".join(f"{k}={v}" for k, v in spec.items() if k != "type")
         rows.append([escape(str(spec["type"])), cls.__name__, escape(options)])
     return rows
@@ -183,7 +212,8 @@ def _eval(args: argparse.Namespace) -> int:
     from .commands.evaluate import evaluate
     from .console import Console
 
-    evaluate(args.target, Console(), split=args.split, out=args.out, save_renders=args.save_renders, device=args.device)
+    evaluate(args.target, Console(), split=args.split, out=args.out, save_renders=args.save_renders, device=args.device,
+             imports=args.imports, trust_config=args.trust_config)
     return 0
 
 
@@ -194,7 +224,8 @@ def _render(args: argparse.Namespace) -> int:
     for option, value in (("--frames", args.frames), ("--fps", args.fps)):
         if not 1 <= value <= 100_000:
             raise UserError(f"render {option} must be between 1 and 100000, got {value}")
-    render(args.target, Console(), path=args.path, out=args.out, frames=args.frames, fps=args.fps, device=args.device)
+    render(args.target, Console(), path=args.path, out=args.out, frames=args.frames, fps=args.fps, device=args.device,
+           imports=args.imports, trust_config=args.trust_config)
     return 0
 
 
@@ -203,7 +234,7 @@ def _export(args: argparse.Namespace) -> int:
     from .console import Console
 
     export(args.target, Console(), fmt=args.format, out=args.out, world_frame=args.world_frame,
-           sh_degree=args.sh_degree)
+           sh_degree=args.sh_degree, imports=args.imports, trust_config=args.trust_config)
     return 0
 
 
@@ -212,7 +243,8 @@ def _view(args: argparse.Namespace) -> int:
     from .console import Console
 
     view(args.target, Console(), port=args.port, host=args.host, background=args.background, out=args.out,
-         device=args.device, allow_origins=args.allow_origin)
+         device=args.device, allow_origins=args.allow_origin, imports=args.imports,
+         trust_config=args.trust_config)
     return 0
 
 

@@ -60,7 +60,7 @@ def test_every_point_fires_in_documented_order(tmp_path):
     trainer.train()
     calls = recorder_of(trainer).calls
     n_test = len(trainer.data.test_frames)
-    step = lambda s: [("before_train_iter", s), ("before_backward", s), ("after_backward", s), ("after_train_iter", s)]  # noqa: E731
+    step = lambda s: [("before_train_iter", s), ("before_backward", s), ("after_backward", s), ("before_optimizer_step", s), ("after_train_iter", s)]  # noqa: E731
     val = [("before_val", None)]
     for i in range(n_test):
         val += [("before_val_iter", i), ("after_val_iter", i)]

@@ -232,7 +232,7 @@ def test_missing_optional_package_fails_at_start_in_one_line(tmp_path, monkeypat
     for args in (["--dry-run"], []):
         assert main(["fit", "--config", str(cfg), *args]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("error: writer ") and f"splattrain[{kind}]" in err[0], err
+        assert len(err) == 1 and err[0].startswith(f"error: {cfg}: writers[0]: writer ") and f"splattrain[{kind}]" in err[0], err
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
-import numpy as np
 import torch
 from omegaconf import OmegaConf
 
@@ -14,13 +13,14 @@ from .. import interrupts
 from ..console import Console
 from ..io.atomic import atomic_path, atomic_write_text
 from ..metrics import Evaluator, mean_metrics
+from ..writers.png import to_uint8
 from .snapshot import load_snapshot
 
 
 def _save_png(path: Path, image: torch.Tensor) -> None:
     from PIL import Image
 
-    array = (image.clamp(0, 1).cpu().numpy() * 255.0 + 0.5).astype(np.uint8)
+    array = to_uint8(image.detach().cpu().numpy())
     with atomic_path(path) as tmp:
         Image.fromarray(array).save(tmp, format="PNG")
 
@@ -34,9 +34,12 @@ def evaluate(
     save_renders: bool = False,
     device: str = "auto",
     lpips: Optional[bool] = None,
+    imports: Sequence[str] = (),
+    trust_config: bool = False,
 ) -> Dict[str, Any]:
-    """Render every ``split`` view of the checkpoint at ``target``, score it, and write metrics.json."""
-    snapshot = load_snapshot(target, device)
+    """Render every ``split`` view of the checkpoint at ``target``, score it, and write metrics.json
+    (``imports`` / ``trust_config``: see :func:`~splattrain.commands.snapshot.load_snapshot`)."""
+    snapshot = load_snapshot(target, device, imports, trust_config)
     out_dir = Path(out) if out is not None else snapshot.run_dir / "eval" / f"step_{snapshot.step:06d}"
     cfg = snapshot.cfg
     evaluator = Evaluator(cfg.metrics.lpips if lpips is None else lpips, cfg.metrics.lpips_net, snapshot.device, console.warning,

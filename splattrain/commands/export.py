@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 from omegaconf import OmegaConf
@@ -22,6 +22,8 @@ def export(
     out: Optional[str | Path] = None,
     world_frame: Optional[str] = None,
     sh_degree: Optional[int] = None,
+    imports: Sequence[str] = (),
+    trust_config: bool = False,
 ) -> Path:
     """Write the checkpoint's Gaussians as ``fmt`` (ply, splat, spz or ply-compressed).
 
@@ -32,7 +34,7 @@ def export(
     """
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
-    snapshot = load_snapshot(target, "cpu")
+    snapshot = load_snapshot(target, "cpu", imports, trust_config)
     if world_frame is None:
         world_frame = OmegaConf.select(snapshot.cfg, "export.world_frame", default="normalized")
     if world_frame not in ("original", "normalized"):

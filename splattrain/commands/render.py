@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import math
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -18,6 +18,7 @@ from ..console import Console
 from ..data.pipeline import focus_point
 from ..errors import UserError
 from ..io.atomic import atomic_path
+from ..writers.png import to_uint8
 from .snapshot import load_snapshot
 
 
@@ -70,7 +71,12 @@ def _save(frames: List[np.ndarray], out_dir: Path, fps: int) -> Dict[str, Path]:
 
         mp4 = out_dir / "render.mp4"
         with atomic_path(mp4) as tmp:
-            imageio.mimwrite(tmp, frames, fps=fps, format="FFMPEG", codec="libx264")
+            staged = tmp.with_suffix(".mp4")  # ffmpeg picks the container by the file's suffix
+            try:
+                imageio.mimwrite(staged, frames, fps=fps, format="FFMPEG", codec="libx264")
+                staged.replace(tmp)
+            finally:
+                staged.unlink(missing_ok=True)
         written["mp4"] = mp4
     return written
 
@@ -84,11 +90,13 @@ def render(
     frames: int = 60,
     fps: int = 15,
     device: str = "auto",
+    imports: Sequence[str] = (),
+    trust_config: bool = False,
 ) -> Dict[str, object]:
     """Render PNG frames along ``path`` ('test' cameras or an 'orbit') and an animated GIF (MP4 when possible)."""
     if path not in ("test", "orbit"):
         raise UserError(f"--path {path!r}: use 'test' or 'orbit'")
-    snapshot = load_snapshot(target, device)
+    snapshot = load_snapshot(target, device, imports, trust_config)
     out_dir = Path(out) if out is not None else snapshot.run_dir / "renders" / f"{path}_step_{snapshot.step:06d}"
     scene = snapshot.views("test")
     cameras = [f.camera for f in scene.test_frames]
@@ -101,7 +109,7 @@ def render(
         for index, camera in enumerate(cameras):
             interrupts.check()
             result = renderer.render(snapshot.model, [camera.to(snapshot.device)], snapshot.sh_degree, snapshot.background)
-            image = (result.rgb[0].clamp(0, 1).cpu().numpy() * 255.0 + 0.5).astype(np.uint8)
+            image = to_uint8(result.rgb[0].detach().cpu().numpy())
             images.append(image)
             with atomic_path(out_dir / "frames" / f"frame_{index:04d}.png") as tmp:
                 Image.fromarray(image).save(tmp, format="PNG")

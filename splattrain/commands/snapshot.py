@@ -4,20 +4,36 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ..checkpoint import SCENE_KEYS, CheckpointError, checkpoint_target, load_checkpoint_file, require_keys
+from ..config.imports import import_user_modules
 from ..config.schema import SplatConfig
 from ..data.loading import load_scene
 from ..data.pipeline import DataPipeline
 from ..data.types import SceneData
 from ..engine.setup import resolve_device
 from ..model.gaussians import GaussianModel, degree_for_step
-from ..registry import RENDERERS
+from ..errors import UserError
+from ..registry import DATASETS, RENDERERS
 from ..render import Renderer, build_renderer
+
+
+class RunPluginError(UserError):
+    """The run used a plugin (renderer, dataset) that is not registered in this process."""
+
+
+def missing_plugin(what: str, kind: str, cfg: DictConfig) -> RunPluginError:
+    """The one-line error for a plugin of the run that is not registered here."""
+    imports = ", ".join(map(str, cfg.imports)) or "none"
+    return RunPluginError(
+        f"the run's {what} {kind!r} is not registered here (a checkpoint never runs code): pass "
+        f"--import PATH_OR_MODULE naming the module that registers it, or --trust-config to import "
+        f"what the run's config names in imports: ({imports})"
+    )
 
 
 @dataclass
@@ -52,21 +68,21 @@ class Snapshot:
     def renderer(self, log: Optional[Callable[[str], None]] = None, warn: Optional[Callable[[str], None]] = None) -> Renderer:
         """The run's renderer on this machine (``auto`` may pick another backend than training did).
 
-        A renderer the run registered through ``imports:`` is not imported from a checkpoint (a
-        file never runs code when loaded): the built-in ``auto`` renders instead, after one ``warn``.
+        A renderer the run registered through ``imports:`` must be registered here (``--import``
+        or ``--trust-config``): :class:`RunPluginError` otherwise, never another renderer.
         """
         spec = OmegaConf.to_container(self.cfg.renderer, resolve=True)
         kind = str(spec.get("type", "auto"))
         if kind != "auto" and kind not in RENDERERS:
-            if warn is not None:
-                warn(f"renderer {kind!r} of the run is not registered here (checkpoints never import the run's "
-                     "modules); rendering with renderer auto")
-            common = ("rasterize_mode", "tile_size", "near_plane", "far_plane", "eps2d")
-            spec = {"type": "auto", **{k: v for k, v in spec.items() if k in common}}
+            raise missing_plugin("renderer", kind, self.cfg)
         return build_renderer(spec, self.device, log=log, warn=warn)
 
     def scene(self) -> SceneData:
-        """The dataset the run trained on, read again from ``data.path``."""
+        """The dataset the run trained on, read again from ``data.path`` by the run's reader
+        (:class:`RunPluginError` when it is not registered here)."""
+        kind = str(self.cfg.data.type)
+        if kind != "auto" and kind not in DATASETS:
+            raise missing_plugin("dataset reader", kind, self.cfg)
         return load_scene(self.cfg.data)[1]
 
     def views(self, split: str = "test", scene: Optional[SceneData] = None) -> DataPipeline:
@@ -78,8 +94,12 @@ class Snapshot:
         return DataPipeline(chosen, self.background, self.device, seed=self.cfg.seed, prefetch=False)
 
 
-def load_snapshot(target: str | Path, device: str = "auto") -> Snapshot:
-    """Load a run directory's newest checkpoint (or a checkpoint file) onto ``device``."""
+def load_snapshot(target: str | Path, device: str = "auto", imports: Sequence[str] = (),
+                  trust_config: bool = False) -> Snapshot:
+    """Load a run directory's newest checkpoint (or a checkpoint file) onto ``device``.
+
+    ``imports`` (paths or module names) are imported first; ``trust_config`` also imports what the
+    run's config names in ``imports:`` (its code runs: only for runs one trusts)."""
     path = checkpoint_target(target)
     checkpoint = load_checkpoint_file(path)
     require_keys(checkpoint, path, SCENE_KEYS, "render a scene")
@@ -87,6 +107,12 @@ def load_snapshot(target: str | Path, device: str = "auto") -> Snapshot:
         cfg = OmegaConf.merge(OmegaConf.structured(SplatConfig), checkpoint["config"])
     except Exception as err:  # a config the schema rejects: the file is not one splattrain wrote
         raise CheckpointError(f"checkpoint '{path}' holds an invalid config ({str(err).splitlines()[0]})") from None
+    import_user_modules(list(imports))
+    run_dir = path.parent.parent if path.parent.name == "ckpt" else path.parent
+    if trust_config:
+        import_user_modules(list(cfg.imports), run_dir)
+    if cfg.data.type == "auto" and checkpoint.get("data_type"):  # the reader the run's auto-detection chose
+        cfg.data.type = str(checkpoint["data_type"])
     resolved = resolve_device(device)
     model = GaussianModel(checkpoint["gaussians"], int(checkpoint["sh_degree"])).to(resolved)
     return Snapshot(path=path, checkpoint=checkpoint, cfg=cfg, model=model, device=resolved)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -51,7 +51,8 @@ def parse_background(text: str) -> List[float]:
 
 
 def load_viewed_scene(target: str | Path, console: Console, device: str = "auto",
-                      background: Optional[str] = None, out: Optional[str] = None) -> ViewedScene:
+                      background: Optional[str] = None, out: Optional[str] = None,
+                      imports: Sequence[str] = (), trust_config: bool = False) -> ViewedScene:
     """A scene file (.ply, compressed .ply, .spz, .splat: by its suffix), else a run directory or
     checkpoint with its train and test cameras."""
     path = Path(target)
@@ -68,7 +69,7 @@ def load_viewed_scene(target: str | Path, console: Console, device: str = "auto"
     from ..data.pipeline import camera_scene_scale
     from .snapshot import load_snapshot
 
-    snapshot = load_snapshot(path, device)
+    snapshot = load_snapshot(path, device, imports, trust_config)
     colour = parse_background(background) if background else list(snapshot.cfg.data.background)
     scene = ViewedScene(str(snapshot.cfg.name), snapshot.model, snapshot.sh_degree,
                         snapshot.renderer(log=console.debug, warn=console.warning),
@@ -103,7 +104,8 @@ def points_overview_pose(means: torch.Tensor, up: np.ndarray = np.array([0.0, 0.
 
 def view(target: str | Path, console: Console, port: int = 8080, host: str = "127.0.0.1",
          background: Optional[str] = None, out: Optional[str] = None, device: str = "auto",
-         allow_origins: Optional[List[str]] = None) -> None:
+         allow_origins: Optional[List[str]] = None, imports: Sequence[str] = (),
+         trust_config: bool = False) -> None:
     """Serve the page until Ctrl-C; pages from ``allow_origins`` may connect besides the viewer's own."""
     from ..viewer.guard import check_allow_origins
     from ..viewer.server import ViewerServer, check_port_free, wait_for
@@ -112,7 +114,7 @@ def view(target: str | Path, console: Console, port: int = 8080, host: str = "12
 
     origins = check_allow_origins(allow_origins, "--allow-origin")
     check_port_free(host, port)
-    scene = load_viewed_scene(target, console, device, background, out)
+    scene = load_viewed_scene(target, console, device, background, out, imports, trust_config)
     server = ViewerServer(host, port, title=f"splattrain: {scene.name}", training=False, allow_origins=origins,
                           warn=console.warning)
     try:

@@ -274,6 +274,15 @@ class DistContext:
         merged = [item for part in gathered for item in part]
         return [scores for _, scores in sorted(merged, key=lambda item: item[0])]
 
+    def gather_objects(self, item: Any) -> List[Any]:
+        """Every rank's ``item`` (picklable), in rank order, on every rank."""
+        if not self.enabled:
+            return [item]
+        gathered: List[Any] = [None] * self.world_size
+        with _collective(self, "an exchange of notes"):
+            dist.all_gather_object(gathered, item)
+        return gathered
+
     def gather_checksums(self, checksums: Tensor) -> List[Tensor]:
         """Every rank's checksum table (rank order)."""
         if not self.enabled:

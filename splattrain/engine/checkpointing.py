@@ -28,6 +28,7 @@ def checkpoint_state(trainer: "DefaultTrainer") -> Dict[str, Any]:
         "sh_degree": trainer.model.sh_degree,
         "gaussians": trainer.model.state_dict(),
         "world_transform": trainer.data.world_transform.clone(),
+        "data_type": trainer.data_type,  # the dataset reader (what data.type auto chose)
         "optimizers": {name: opt.state_dict() for name, opt in trainer.optimizers.items()},
         "strategy_state": trainer.strategy_state,
         "view_opt": trainer.view_opt.state_dict(),

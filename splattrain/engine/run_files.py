@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from .. import __version__
 from ..config import config_to_yaml
-from ..errors import UserError
+from ..errors import ConfigError, UserError
 from ..hooks.checkpoint_hook import CheckPointHook
 from ..io.atomic import atomic_write_text
 from ..registry import WRITERS
@@ -133,26 +133,40 @@ def open_run_dir(trainer: "DefaultTrainer") -> WriterGroup:
     text = config_to_yaml(trainer.cfg)
     atomic_write_text(trainer.run_dir / "config.yaml", text)
     specs = [dict(spec) for spec in trainer.cfg.writers]
-    writers = [w for w in (_build_writer(trainer, spec) for spec in specs) if w is not None]
+    writers = [w for w in (_build_writer(trainer, spec, f"writers[{i}]") for i, spec in enumerate(specs)) if w is not None]
     group = WriterGroup(writers, warn=trainer.console.warning)
     group.write_config(OmegaConf.to_container(trainer.cfg, resolve=True), text)
     return group
 
 
-def _build_writer(trainer: "DefaultTrainer", spec: Dict[str, Any]) -> Optional[Writer]:
-    """A writer from its spec; one that fails for a reason other than the config is skipped with a warning."""
+def _build_writer(trainer: "DefaultTrainer", spec: Dict[str, Any], where: str) -> Optional[Writer]:
+    """The writer of the entry at key path ``where``. One that cannot start stops the run with a
+    ConfigError naming it, unless the entry says ``optional: true``: then it is skipped with a warning."""
+    optional = bool(spec.pop("optional", False))
     try:
-        return WRITERS.build(spec, run_dir=trainer.run_dir)
-    except UserError:
-        raise
+        return WRITERS.build(spec, where=where, run_dir=trainer.run_dir)
     except Exception as err:
-        trainer.console.warning(f"writer {spec.get('type')!r} could not start ({type(err).__name__}: {err}); "
+        detail = str(err) if isinstance(err, UserError) else f"{type(err).__name__}: {err}"
+        if not optional:
+            raise ConfigError(f"{where}: writer {spec.get('type')!r} could not start ({detail}); "
+                              "mark it optional: true to train without it") from None
+        trainer.console.warning(f"{where}: optional writer {spec.get('type')!r} could not start ({detail}); "
                                 "training goes on without it")
         return None
 
 
-def print_header(trainer: "DefaultTrainer") -> None:
-    """Scene, device, renderer, strategy, loss, Gaussians and steps; the hook table with --verbose."""
+def _gaussian_count(trainer: "DefaultTrainer", resumed: Optional[tuple]) -> int:
+    """The Gaussians the run trains from: the checkpoint's when resuming, else the initial model's."""
+    if resumed is not None:
+        means = resumed[1].get("gaussians", {}).get("means")
+        if means is not None:
+            return int(means.shape[0])
+    return trainer.model.num_gaussians
+
+
+def print_header(trainer: "DefaultTrainer", resumed: Optional[tuple] = None) -> None:
+    """Scene, device, renderer, strategy, loss, Gaussians and steps; the hook table with --verbose.
+    A resumed run (``resumed``: what ``read_checkpoint`` returned) shows the checkpoint's Gaussians."""
     console, data, cfg = trainer.console, trainer.data, trainer.cfg
     camera = data.train_cameras[0]
     device = str(trainer.device)
@@ -167,7 +181,7 @@ def print_header(trainer: "DefaultTrainer") -> None:
         console.info(note)
     console.info(
         f"device {device}  renderer {type(trainer.renderer).__name__} ({trainer.renderer.rasterize_mode})  "
-        f"gaussians {trainer.model.num_gaussians:,}  steps {trainer.max_steps:,}  run dir {trainer.run_dir}"
+        f"gaussians {_gaussian_count(trainer, resumed):,}  steps {trainer.max_steps:,}  run dir {trainer.run_dir}"
     )
     if trainer.dist.enabled:
         console.info(f"data-parallel: {trainer.dist.describe()}")
@@ -194,7 +208,8 @@ def print_hook_timing(trainer: "DefaultTrainer") -> None:
 
 def write_results(trainer: "DefaultTrainer", path: Path) -> Dict[str, Any]:
     """results.json: the last validation's metrics (psnr, cc_psnr, ssim, lpips), Gaussians, steps,
-    training time, per-view scores, and what the view corrections learned (when on)."""
+    training time, per-view scores, what the view corrections learned (when on), and
+    ``stopped: {step, reason}`` when a hook ended the run early."""
     metrics = trainer.last_metrics
     results = {
         "psnr": metrics.get("psnr"),
@@ -207,6 +222,8 @@ def write_results(trainer: "DefaultTrainer", path: Path) -> Dict[str, Any]:
         **trainer.view_opt.report(),
         "per_view": trainer.val_per_view,
     }
+    if trainer.stopped is not None:
+        results["stopped"] = trainer.stopped
     if trainer.is_main:
         atomic_write_text(path, json.dumps(results, indent=2) + "\n")
     return results

@@ -12,31 +12,23 @@ from omegaconf import DictConfig, OmegaConf
 from .. import interrupts
 from ..checkpoint import save_checkpoint_file
 from ..config.imports import import_user_modules
-from ..config.plugins import register_builtins
-from ..config.steps import check_schedule
 from ..console import Console
-from ..data.loading import load_scene
-from ..data.pipeline import DataPipeline, camera_scene_scale
 from ..distributed import DistContext, RankConsole
-from ..distributed.steps import agree_on_step
+from ..hooks.auto_checkpoint import RunInterrupted
 from ..hooks.base import Hook
 from ..hooks.dist_check import DistributedCheckHook
 from ..hooks.dispatch import HookDispatcher
+from ..hooks.trainer_api import StepOutputs
 from ..io.atomic import atomic_link
-from ..losses import build_loss
 from ..metrics import Evaluator, mean_metrics
 from ..model.gaussians import degree_for_step
-from ..optim import build_optimizers, build_schedulers, clear_grads, step_optimizers
+from ..optim import clear_grads, step_optimizers
 from ..registry import TRAINERS
-from ..render import build_renderer
-from ..strategy import SceneFacts, build_strategy
-from ..view_opt import ViewCorrections
 from ..writers import WriterGroup
-from ..hooks.auto_checkpoint import RunInterrupted
 from . import checkpointing, rescue, run_files
-from .batching import StepSettings, mean_losses, micro_batches, views_per_step
-from .model_init import build_model
-from ..hooks.specs import build_hook, hook_specs
+from .agreement import agree_at_end, agree_on_requests, agree_on_step, route_signals
+from .batching import mean_losses, micro_batches
+from .build import build_components, build_hooks, run_policy
 from .setup import resolve_device, seed_everything
 
 
@@ -45,21 +37,17 @@ class DefaultTrainer:
     """Trains a Gaussian scene from a resolved config, calling hooks at every point.
 
     Build it with a config from :func:`splattrain.config.load_config`, then call
-    :meth:`train`. Public attributes hooks may use: ``cfg``, ``console``, ``run_dir``,
-    ``checkpoint_dir``, ``device``, ``step``, ``max_steps``, ``step_settings`` (the config values
-    each step reads, taken once), ``data``, ``model``, ``renderer``, ``loss``, ``optimizers``,
-    ``schedulers``, ``strategy``, ``strategy_state``, ``view_opt`` (learned per-view appearance and
-    pose corrections), ``writers``, ``hooks``, ``last_metrics``, ``dist`` (the rank context),
-    ``rank``, ``world_size``, ``is_main`` (only rank 0 writes files).
+    :meth:`train`. What hooks and plugins may read and call is the
+    :class:`~splattrain.hooks.trainer_api.Trainer` protocol; ``step_settings`` holds the config
+    values each step reads, taken once.
     """
 
     def __init__(self, cfg: DictConfig, console: Optional[Console] = None, config_dir: Optional[Path] = None) -> None:
         self.cfg = cfg
         self.console = console or Console()
         self.run_dir = Path(cfg.output_dir)
-        self.checkpoint_dir = self.run_dir / "ckpt"
+        self.checkpoint_dir, self.rescue_on_error = run_policy(cfg)
         import_user_modules(list(cfg.imports), config_dir)
-        register_builtins()
         seed_everything(cfg.seed)
         self.dist = DistContext.from_env(cfg.trainer.dist_backend, resolve_device(cfg.trainer.device),
                                          cfg.trainer.dist_threads, cfg.trainer.dist_early_bytes)
@@ -70,47 +58,18 @@ class DefaultTrainer:
         self.max_steps = int(cfg.trainer.max_steps)
         self.background = torch.tensor(list(cfg.data.background), dtype=torch.float32, device=self.device)
 
-        self.data_type, scene = load_scene(cfg.data, config_dir=config_dir)
-        views = views_per_step(cfg.trainer.batch_size, cfg.optim.accumulate_steps, [f.camera for f in scene.train])
-        self.data = DataPipeline(
-            scene, self.background, self.device, seed=cfg.seed,
-            random_background=cfg.data.random_background, prefetch=cfg.data.prefetch, views=views,
-            rank=self.dist.rank, world_size=self.dist.world_size,
-        )
-        self.scene_scale = camera_scene_scale(self.data.train_cameras)
-        self.model = build_model(cfg, scene, self.data.train_cameras, self.console.info).to(self.device)
-        strategy_spec = OmegaConf.to_container(cfg.strategy, resolve=True)
-        self.renderer = build_renderer(
-            OmegaConf.to_container(cfg.renderer, resolve=True), self.device, log=self.console.info,
-            warn=self.console.warning, absgrad=bool(strategy_spec.get("absgrad", False)),
-        )
-        self.strategy = build_strategy(strategy_spec, self.renderer, warn=self.console.warning)
-        self.strategy.fit_to_scene(SceneFacts(
-            train_views=len(self.data.train_cameras),
-            train_pixels=sum(c.width * c.height for c in self.data.train_cameras),
-            initial_gaussians=self.model.num_gaussians, scene_scale=self.scene_scale,
-        ))
-        check_schedule(self.strategy, self.max_steps, self.console.warning)
-        self.strategy.set_statistics_reducer(self.dist if self.dist.enabled else None)
-        self.loss = build_loss(OmegaConf.to_container(cfg.loss, resolve=True), self.strategy.default_loss_terms())
-        self.loss.drop_unavailable(self, self.console.warning)
-        self.step_settings = StepSettings.from_config(cfg, render_depth=self.loss.needs_depth)
-        self.optimizers = build_optimizers(self.model, cfg.optim, self.scene_scale)
+        built = build_components(cfg, self.dist, self.background, config_dir, self.console.info, self.console.warning)
+        self.data, self.data_type, self.scene_scale = built.data, built.data_type, built.scene_scale
+        self.model, self.renderer, self.strategy, self.loss = built.model, built.renderer, built.strategy, built.loss
+        self.step_settings, self.optimizers, self.schedulers = built.step_settings, built.optimizers, built.schedulers
+        self.strategy_state, self.view_opt = built.strategy_state, built.view_opt
         self.densify_after_step = bool(cfg.optim.densify_after_step)
-        self.schedulers = build_schedulers(self.optimizers, cfg.optim, self.scene_scale, self.max_steps)
-        self.strategy.check_sanity(self.model.params, self.optimizers)
-        self.strategy_state = self.strategy.initialize_state(scene_scale=self.scene_scale)
-        self.view_opt = ViewCorrections(
-            OmegaConf.to_container(cfg.appearance, resolve=True), OmegaConf.to_container(cfg.pose_opt, resolve=True),
-            len(scene.train), self.device, self.renderer, self.max_steps,
-            cameras=self.data.train_cameras, points=self.model.means.detach(), scene_scale=self.scene_scale,
-        )
         self.evaluator: Optional[Evaluator] = None
         self.writers = WriterGroup([], warn=self.console.warning)
 
         self.hooks = HookDispatcher(timing=cfg.trainer.hook_timing)
-        for name, spec in hook_specs(cfg.default_hooks, list(cfg.custom_hooks)):
-            self.register_hook(build_hook(name, spec))
+        for hook in build_hooks(cfg):
+            self.register_hook(hook)
         DistributedCheckHook.ensure(self)
 
         self.runtime_info: Dict[str, float] = {}
@@ -122,7 +81,30 @@ class DefaultTrainer:
         #: data position and RNG states before the running step: what a rescue checkpoint needs.
         self.completed_step = self.start_step = 0
         self.state_before_step: Optional[Dict[str, Any]] = None
-        self.rescue_on_error = True
+        #: Requests hooks made during the running step (acted on after it, agreed across ranks).
+        self._stop_request: Optional[str] = None
+        self._validation_request = self._checkpoint_request = False
+        self.stopped: Optional[Dict[str, Any]] = None  #: ``{step, reason}`` once a requested stop ended the run
+
+    # -- steering (the Trainer protocol) ------------------------------------------------
+    @property
+    def stop_reason(self) -> Optional[str]:
+        """Why the run was asked to stop (None while it goes on)."""
+        return self.stopped["reason"] if self.stopped else self._stop_request
+
+    def request_stop(self, reason: str) -> None:
+        """End the run after the current step, with a final validation, a checkpoint and
+        ``results.json`` recording ``stopped: {step, reason}`` (every rank stops at the same step)."""
+        if self._stop_request is None:
+            self._stop_request = str(reason)
+
+    def request_validation(self) -> None:
+        """Validate after the current step."""
+        self._validation_request = True
+
+    def request_checkpoint(self) -> None:
+        """Save a resumable checkpoint after the current step."""
+        self._checkpoint_request = True
 
     @property
     def rank(self) -> int:
@@ -179,7 +161,7 @@ class DefaultTrainer:
                 raise
         self.writers = run_files.open_run_dir(self)
         try:
-            run_files.print_header(self)
+            run_files.print_header(self, resumed)
             self.evaluator = self._evaluator()
             self.call_hook("before_run")
             if checkpoint is not None:
@@ -191,14 +173,19 @@ class DefaultTrainer:
                 elif self.cfg.trainer.val_on_resume:
                     self.validate()
             self.completed_step = self.start_step = self.step
+            route_signals(self)  # from now on the ranks agree on stop signals at each exchange
             self.call_hook("before_train")
             for step in range(self.step + 1, self.max_steps + 1):
                 self.step = step
                 started = time.perf_counter()
                 self.train_step(step)
                 self.train_seconds += time.perf_counter() - started
-                if self._validation_due(step):
+                validated = self._validation_due(step)
+                if validated:
                     self.validate()
+                if self._after_requests(step, validated):
+                    break
+            agree_at_end(self)  # a signal on any rank since the last exchange stops every rank
             self.call_hook("after_train")
             run_files.print_hook_timing(self)
             return run_files.write_results(self, self.run_dir / "results.json")
@@ -213,11 +200,26 @@ class DefaultTrainer:
                 self.console.close()
                 self.dist.close()
 
-    def train_step(self, step: int) -> Dict[str, Any]:
+    def _after_requests(self, step: int, validated: bool) -> bool:
+        """Act on the step's requests as the ranks agree on them; True when the run stops here."""
+        reason, validate, save = agree_on_requests(
+            self, self._stop_request, self._validation_request, self._checkpoint_request)
+        stop = reason is not None
+        self._stop_request, self._validation_request, self._checkpoint_request = None, False, False
+        if (validate or stop) and not validated:
+            self.validate()
+        if stop:
+            self.stopped = {"step": step, "reason": reason}
+            self.console.info(f"stopping after step {step}: {reason}")
+        if save or stop:
+            self.save_checkpoint(self.checkpoint_dir / f"step_{step:06d}.pt")
+        return stop
+
+    def train_step(self, step: int) -> StepOutputs:
         """One optimisation step over ``trainer.batch_size`` x ``optim.accumulate_steps`` views,
         rendered ``batch_size`` at a time with their gradients summed; returns the outputs hooks saw.
 
-        An ``after_backward`` hook may set ``outputs["skip_update"]`` to drop the step's update
+        An ``after_backward`` hook may set ``outputs.skip_update`` to drop the step's update
         (densification statistics and optimizer step).
         """
         self.state_before_step = rescue.state_before_step(self)
@@ -247,18 +249,20 @@ class DefaultTrainer:
             terms.append(losses)
         synced = {**self.optimizers, **{f"view_opt/{k}": v for k, v in self.view_opt.optimizers.items()}}
         losses = self.dist.sync_gradients(synced, mean_losses(terms), sh_degree)  # mean over ranks
-        outputs = {"render": render, "losses": losses, "sh_degree": sh_degree, "batch": batch}
+        outputs = StepOutputs(render=render, losses=losses, sh_degree=sh_degree, batch=batch)
         self.call_hook("after_backward", step, outputs)
         agree_on_step(self, outputs)
-        if not outputs.get("skip_update"):
-            if self.densify_after_step:
+        if not outputs.skip_update:
+            if self.densify_after_step:  # gsplat's order: the step's update survives refinement
+                self.call_hook("before_optimizer_step", step, outputs)
                 step_optimizers(self.optimizers, infos)
                 self.strategy.post_backward(self.model.params, self.optimizers, self.strategy_state, step, infos)
-            else:
+            else:  # the 3DGS order
                 self.strategy.post_backward(self.model.params, self.optimizers, self.strategy_state, step, infos)
+                self.call_hook("before_optimizer_step", step, outputs)
                 step_optimizers(self.optimizers, infos)
         clear_grads(self.optimizers)
-        self.view_opt.step(step, update=not outputs.get("skip_update"))
+        self.view_opt.step(step, update=not outputs.skip_update)
         for scheduler in self.schedulers:
             scheduler.step(step)
         self.completed_step = step  # the state is now step ``step``'s, whatever a hook does next
@@ -324,6 +328,7 @@ class DefaultTrainer:
     def _restore(self, source: str | Path | tuple) -> Dict[str, Any]:
         """Load a checkpoint's state into the model, optimizers, strategy, data order, RNGs and hooks."""
         checkpoint = checkpointing.restore_checkpoint(self, source)
+        route_signals(self)  # a signal during a validation before the first step waits for its exchange
         self.dist.statistics_synced = True  # the restored statistics are totals: rank 0 keeps them
         self.strategy.release_statistics(self.strategy_state)
         return checkpoint

@@ -4,6 +4,7 @@ from .auto_checkpoint import AutoCheckpointHook, RunInterrupted
 from .base import HOOK_POINTS, Hook, Priority, get_priority
 from .checkpoint_hook import CheckPointHook
 from .dispatch import HookDispatcher, HookError
+from .early_stopping import EarlyStoppingHook
 from .dist_check import DistributedCheckHook, ReplicaDivergenceError
 from .ema import EMAHook
 from .grad_clip import GradClipHook
@@ -13,6 +14,7 @@ from .log_hook import LogHook
 from .memory_budget import MemoryBudgetHook
 from .resolution import ResolutionScheduleHook
 from .resources import EmptyCacheHook, ProfilerHook
+from .trainer_api import StepOutputs, Trainer
 from .viewer_hook import ViewerHook
 
 __all__ = [
@@ -21,6 +23,7 @@ __all__ = [
     "CheckInvalidLossHook",
     "CheckPointHook",
     "DistributedCheckHook",
+    "EarlyStoppingHook",
     "EMAHook",
     "GradClipHook",
     "Hook",

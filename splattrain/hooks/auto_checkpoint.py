@@ -57,7 +57,6 @@ class AutoCheckpointHook(Hook):
             self.pending = signum
 
     def before_run(self, trainer) -> None:
-        trainer.rescue_on_error = self.rescue
         if threading.current_thread() is not threading.main_thread():
             trainer.console.warning("AutoCheckpointHook: not in the main thread, signals are not handled")
             return

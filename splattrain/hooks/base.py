@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any, Dict, Union
+from typing import Any, Dict, Union
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..engine.trainer import DefaultTrainer
+from .trainer_api import StepOutputs, Trainer
 
 
 class Priority(IntEnum):
@@ -45,6 +44,7 @@ HOOK_POINTS = (
     "before_train_iter",
     "before_backward",
     "after_backward",
+    "before_optimizer_step",
     "after_train_iter",
     "before_val",
     "before_val_iter",
@@ -93,66 +93,71 @@ class Hook:
         return self.state_key
 
     # -- points ---------------------------------------------------------------------
-    def before_run(self, trainer: "DefaultTrainer") -> None:
+    def before_run(self, trainer: Trainer) -> None:
         """Once, after everything is built and before any checkpoint is loaded."""
 
-    def after_load_checkpoint(self, trainer: "DefaultTrainer", checkpoint: Dict[str, Any]) -> None:
+    def after_load_checkpoint(self, trainer: Trainer, checkpoint: Dict[str, Any]) -> None:
         """After a checkpoint was loaded for resuming; ``checkpoint`` is the loaded dict."""
 
-    def before_train(self, trainer: "DefaultTrainer") -> None:
+    def before_train(self, trainer: Trainer) -> None:
         """Once, right before the first training step."""
 
-    def before_train_iter(self, trainer: "DefaultTrainer", step: int, batch: Dict[str, Any]) -> None:
+    def before_train_iter(self, trainer: Trainer, step: int, batch: Dict[str, Any]) -> None:
         """Before rendering step ``step`` (1-based) with ``batch``."""
 
-    def before_backward(self, trainer: "DefaultTrainer", step: int, losses: Dict[str, Any]) -> None:
+    def before_backward(self, trainer: Trainer, step: int, losses: Dict[str, Any]) -> None:
         """Before each ``backward()`` of step ``step`` (once per rendered micro-batch).
 
         ``losses`` maps every term's name to its unweighted value and ``"loss"`` to the weighted
         sum, which is what is backpropagated: reweight or add a term by changing ``losses["loss"]``
         (and store the term under its own name to have it logged and checked)."""
 
-    def after_backward(self, trainer: "DefaultTrainer", step: int, outputs: Dict[str, Any]) -> None:
-        """After ``loss.backward()``, before densification and the optimizer step."""
+    def after_backward(self, trainer: Trainer, step: int, outputs: StepOutputs) -> None:
+        """After ``loss.backward()`` (gradients averaged over ranks), before densification and the
+        optimizer step; may set ``outputs.skip_update``."""
+
+    def before_optimizer_step(self, trainer: Trainer, step: int, outputs: StepOutputs) -> None:
+        """After densification, right before the optimizers step (not called when the step's
+        update is skipped); the gradients are final here."""
 
     def after_train_iter(
-        self, trainer: "DefaultTrainer", step: int, batch: Dict[str, Any], outputs: Dict[str, Any]
+        self, trainer: Trainer, step: int, batch: Dict[str, Any], outputs: StepOutputs
     ) -> None:
         """After the optimizer and scheduler steps of ``step``."""
 
-    def before_val(self, trainer: "DefaultTrainer") -> None:
+    def before_val(self, trainer: Trainer) -> None:
         """Before a validation pass over the test views."""
 
-    def before_val_iter(self, trainer: "DefaultTrainer", index: int, batch: Dict[str, Any]) -> None:
+    def before_val_iter(self, trainer: Trainer, index: int, batch: Dict[str, Any]) -> None:
         """Before rendering test view ``index``."""
 
     def after_val_iter(
-        self, trainer: "DefaultTrainer", index: int, batch: Dict[str, Any], outputs: Dict[str, Any]
+        self, trainer: Trainer, index: int, batch: Dict[str, Any], outputs: Dict[str, Any]
     ) -> None:
         """After rendering and scoring test view ``index``."""
 
-    def after_val(self, trainer: "DefaultTrainer", metrics: Dict[str, Any]) -> None:
+    def after_val(self, trainer: Trainer, metrics: Dict[str, Any]) -> None:
         """After a validation pass, with the mean metrics."""
 
-    def before_save_checkpoint(self, trainer: "DefaultTrainer", checkpoint: Dict[str, Any]) -> None:
+    def before_save_checkpoint(self, trainer: Trainer, checkpoint: Dict[str, Any]) -> None:
         """Before ``checkpoint`` is written; add to it in place."""
 
-    def after_train(self, trainer: "DefaultTrainer") -> None:
+    def after_train(self, trainer: Trainer) -> None:
         """Once, after the last step and its validation."""
 
-    def on_exception(self, trainer: "DefaultTrainer", error: BaseException) -> None:
+    def on_exception(self, trainer: Trainer, error: BaseException) -> None:
         """When the run fails (or is interrupted) with ``error``; the error is re-raised after."""
 
-    def after_run(self, trainer: "DefaultTrainer") -> None:
+    def after_run(self, trainer: Trainer) -> None:
         """Always, last: close what ``before_run`` opened."""
 
     # -- helpers --------------------------------------------------------------------
-    def every_n_steps(self, trainer: "DefaultTrainer", n: int, start: int = 0) -> bool:
+    def every_n_steps(self, trainer: Trainer, n: int, start: int = 0) -> bool:
         """True when the current step is ``start + k * n`` for some k >= 1 (n <= 0: never)."""
         step = trainer.step
         return n > 0 and step > start and (step - start) % n == 0
 
-    def is_last_step(self, trainer: "DefaultTrainer") -> bool:
+    def is_last_step(self, trainer: Trainer) -> bool:
         """True on the run's final training step."""
         return trainer.step == trainer.max_steps
 

@@ -83,10 +83,6 @@ class CheckPointHook(Hook):
             raise ConfigError(f"CheckPointHook save_best {metric!r}: give rule: greater|less for this metric")
         return _GREATER_IS_BETTER[metric]
 
-    def before_run(self, trainer) -> None:
-        if self.out_dir is not None:
-            trainer.checkpoint_dir = Path(self.out_dir)
-
     def after_train_iter(self, trainer, step: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
         last = self.save_last and self.is_last_step(trainer)
         saved = (step >= self.save_begin and self.every_n_steps(trainer, self.interval)) or last

@@ -45,21 +45,8 @@ class DistributedCheckHook(Hook):
             hook.state_key = "dist_check"
             trainer.register_hook(hook)
 
-    def after_load_checkpoint(self, trainer, checkpoint: Dict[str, Any]) -> None:
-        from ..distributed.steps import route_signals
-
-        route_signals(trainer)  # a signal during a validation before the first step waits for its exchange
-
     def before_train(self, trainer) -> None:
-        from ..distributed.steps import route_signals
-
-        route_signals(trainer)
         self.check(trainer, "before training")
-
-    def after_train(self, trainer) -> None:
-        from ..distributed.steps import agree_at_end
-
-        agree_at_end(trainer)  # before AutoCheckpointHook (lowest priority) acts on it
 
     def after_train_iter(self, trainer, step: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
         if self.interval > 0 and step % self.interval == 0:

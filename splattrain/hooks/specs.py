@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping
 
 from ..errors import ConfigError
-from ..registry import HOOKS
+from ..registry import HOOKS, check_options
 from .base import Hook, get_priority
 
 #: Hooks every run gets unless ``default_hooks.<name>: null`` disables them.
@@ -53,16 +53,36 @@ def hook_specs(default_hooks: Mapping[str, Any], custom_hooks: List[Mapping[str,
     return specs
 
 
-def build_hook(name: str, spec: Dict[str, Any]) -> Hook:
-    """Build one hook from ``{type, priority?, **kwargs}``."""
+def check_hook_sections(sections: Mapping[str, Any], where: str = "") -> None:
+    """Refuse unknown hook types and options in ``{default_hooks, custom_hooks}`` (builds nothing)."""
+    default_hooks, custom_hooks = dict(sections.get("default_hooks") or {}), list(sections.get("custom_hooks") or [])
+    for name, spec, section in hook_sections(default_hooks, custom_hooks):
+        options = {k: v for k, v in spec.items() if k not in ("type", "priority")}
+        check_options(HOOKS.get(str(spec["type"])), options, f"hook {name!r} ({spec['type']})", section)
+
+
+def hook_sections(default_hooks: Mapping[str, Any], custom_hooks: List[Mapping[str, Any]]) -> List[tuple[str, Dict[str, Any], str]]:
+    """(name, spec, key path) for every hook to build: ``default_hooks.<name>`` or ``custom_hooks[i]``."""
+    specs = hook_specs(default_hooks, custom_hooks)
+    first_custom = len(specs) - len(custom_hooks)
+    return [(name, spec, f"custom_hooks[{i - first_custom}]" if i >= first_custom else f"default_hooks.{name}")
+            for i, (name, spec) in enumerate(specs)]
+
+
+HOOKS.set_checker(check_hook_sections)
+
+
+def build_hook(name: str, spec: Dict[str, Any], where: str = "") -> Hook:
+    """Build one hook from ``{type, priority?, **kwargs}`` (the entry at key path ``where``)."""
     spec = dict(spec)
     priority = spec.pop("priority", None)
+    at = f"{where}: " if where else ""
     try:
-        hook = HOOKS.build(spec)
+        hook = HOOKS.build(spec, where=where)
     except ConfigError as err:
-        raise ConfigError(f"hook {name!r}: {err}") from None
+        raise ConfigError(f"{at}hook {name!r}: {err}") from None
     except Exception as err:  # the hook's own __init__ failed: name it
-        raise ConfigError(f"hook {name!r} ({spec.get('type')}) failed to start: {type(err).__name__}: {err}") from None
+        raise ConfigError(f"{at}hook {name!r} ({spec.get('type')}) failed to start: {type(err).__name__}: {err}") from None
     if not isinstance(hook, Hook):
         raise ConfigError(f"hook {name!r}: {spec['type']!r} does not derive from splattrain.Hook")
     if priority is not None:

@@ -1,10 +1,10 @@
 """Loss terms, the weighted training loss built from config, and SSIM."""
 
 from .composite import Loss, build_loss, loss_specs
-from .ssim import masked_ssim, register_ssim_kernel, ssim_map, ssim_nhwc
+from .ssim import masked_ssim, ssim_map, ssim_nhwc
 from .terms import DepthLoss, DSSIMLoss, L1Loss, L2Loss, LossTerm, OpacityRegularizer, ScaleRegularizer, photometric_loss
 
 __all__ = [
     "DSSIMLoss", "DepthLoss", "L1Loss", "L2Loss", "Loss", "LossTerm", "OpacityRegularizer", "ScaleRegularizer",
-    "build_loss", "loss_specs", "masked_ssim", "photometric_loss", "register_ssim_kernel", "ssim_map", "ssim_nhwc",
+    "build_loss", "loss_specs", "masked_ssim", "photometric_loss", "ssim_map", "ssim_nhwc",
 ]

@@ -89,3 +89,12 @@ def build_loss(loss_cfg: Mapping[str, Any], strategy_terms: Sequence[Mapping[str
             raise ConfigError(f"loss term {spec['type']!r} does not derive from splattrain.LossTerm")
         built.append((name, term))
     return Loss(built)
+
+
+def check_loss_section(loss_cfg: Mapping[str, Any], where: str = "loss") -> None:
+    """Refuse unknown term types and options in a ``loss`` section (the terms are built and
+    dropped; the strategy's own terms are built-in and checked when the run builds them)."""
+    build_loss(loss_cfg)
+
+
+LOSSES.set_checker(check_loss_section)

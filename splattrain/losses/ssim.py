@@ -2,34 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Tuple
+from typing import Dict, Tuple
 
 import torch
 import torch.nn.functional as F
 from pytorch_msssim import ssim
 from torch import Tensor
 
+from ..render.cpu.ssim import compiled_ssim, compiled_ssim_applies
+
 _SSIM_WINDOW, _SSIM_SIGMA, _SSIM_K = 11, 1.5, (0.01, 0.03)
-
-
-#: Faster SSIM implementations: ``(applies(pred, target) -> bool, ssim(pred, target) -> Tensor)``,
-#: tried in order before pytorch_msssim. The compiled CPU library adds itself when it is imported.
-SSIM_KERNELS: List[Tuple[Callable[[Tensor, Tensor], bool], Callable[[Tensor, Tensor], Tensor]]] = []
-
-
-def register_ssim_kernel(applies: Callable[[Tensor, Tensor], bool], kernel: Callable[[Tensor, Tensor], Tensor]) -> None:
-    """Let :func:`ssim_nhwc` use ``kernel`` for images where ``applies`` is true (same definition)."""
-    if (applies, kernel) not in SSIM_KERNELS:
-        SSIM_KERNELS.append((applies, kernel))
 
 
 def ssim_nhwc(pred: Tensor, target: Tensor) -> Tensor:
     """Mean SSIM of [C,H,W,3] images in [0,1] (11x11 Gaussian window, sigma 1.5), as
-    pytorch_msssim computes it, or a registered kernel with the same definition (on the CPU,
-    the compiled library's fused kernel once this process has loaded it)."""
-    for applies, kernel in SSIM_KERNELS:
-        if applies(pred, target):
-            return kernel(pred, target)
+    pytorch_msssim computes it, or on the CPU the compiled library's fused kernel with the same
+    definition once this process has loaded the library."""
+    if compiled_ssim_applies(pred, target):
+        return compiled_ssim(pred, target)
     x, y = pred.permute(0, 3, 1, 2), target.permute(0, 3, 1, 2)
     return ssim(x, y, data_range=1.0, size_average=True, win=_window(x.shape[1], x.device))
 

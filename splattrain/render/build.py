@@ -17,24 +17,27 @@ Message = Optional[Callable[[str], None]]
 AUTO_CHOICES = ("gsplat", "cpu", "torch")
 
 
-def check_renderer_options(spec: Mapping[str, Any]) -> None:
+def check_renderer_options(spec: Mapping[str, Any], where: str = "renderer") -> None:
     """Refuse options no candidate renderer takes (for ``auto``: none of gsplat, cpu, torch)."""
     options = {k: v for k, v in spec.items() if k != "type"}
     kind = str(spec.get("type", "auto"))
     if kind != "auto":
         cls = RENDERERS.get(kind)
-        options = check_options(cls, options, f"renderer {kind!r}", "renderer")
+        options = check_options(cls, options, f"renderer {kind!r}", where)
         if cls.__module__.startswith(__package__):  # built-ins construct cheaply: check the values too
             cls(**options)
         return
     accepted = set().union(*(RENDERERS.options(name) for name in AUTO_CHOICES))
     unknown = [key for key in options if key not in accepted]
     if unknown:
-        check_options(RENDERERS.get("gsplat"), {unknown[0]: options[unknown[0]]}, "renderer 'auto'", "renderer")
+        check_options(RENDERERS.get("gsplat"), {unknown[0]: options[unknown[0]]}, "renderer 'auto'", where)
     for name in AUTO_CHOICES:  # the values, through every candidate that takes them
         cls = RENDERERS.get(name)
         taken = {k: v for k, v in options.items() if k in RENDERERS.options(name)}
-        cls(**check_options(cls, taken, f"renderer 'auto' ({name})", "renderer"))
+        cls(**check_options(cls, taken, f"renderer 'auto' ({name})", where))
+
+
+RENDERERS.set_checker(check_renderer_options)
 
 
 def resolve_auto(device: torch.device, log: Message = None, warn: Message = None, absgrad: bool = False) -> str:

@@ -48,3 +48,12 @@ def build_strategy(
             "does not (use renderer.type torch or gsplat, or set strategy.absgrad false)"
         )
     return strategy
+
+
+def check_strategy_section(spec: Mapping[str, Any], where: str = "strategy") -> None:
+    """Refuse unknown types and options in a ``strategy`` section (the strategy is built and
+    dropped: building one has no side effects)."""
+    build_strategy(spec)
+
+
+STRATEGIES.set_checker(check_strategy_section)

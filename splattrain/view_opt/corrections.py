@@ -34,6 +34,10 @@ def check_sections(appearance: Mapping[str, Any], pose_opt: Mapping[str, Any]) -
     _build(POSE_OPT, pose_opt, "pose_opt", 1)
 
 
+APPEARANCE.set_checker(lambda spec, where: _build(APPEARANCE, spec, where, 1) and None)
+POSE_OPT.set_checker(lambda spec, where: _build(POSE_OPT, spec, where, 1) and None)
+
+
 class ViewCorrections:
     """The optional per-view modules a run trains (both None by default: then every call is a no-op).
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import inspect
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
 from ..errors import ConfigError
-from ..registry import WRITERS
+from ..registry import WRITERS, check_options
 
 
 class Writer:
@@ -71,22 +70,32 @@ class Writer:
         """Release files and connections."""
 
 
-def check_writer_spec(spec: Mapping[str, Any]) -> type:
-    """The writer class for ``{type, **options}``, after checking its options and package.
+def check_writer_spec(spec: Mapping[str, Any], where: str = "writers[0]") -> type:
+    """The writer class for ``{type, optional?, **options}`` (the entry at key path ``where``),
+    after checking its options and, unless it is ``optional``, its package.
 
     Builds nothing, so it writes nothing; raises ConfigError like a real build would.
     """
     if "type" not in spec:
-        raise ConfigError(f"writer spec {dict(spec)!r} has no 'type' key")
+        raise ConfigError(f"{where}: every writer needs a 'type', got {dict(spec)!r}")
     cls = WRITERS.get(str(spec["type"]))
-    options = {k: v for k, v in spec.items() if k != "type"}
-    try:
-        inspect.signature(cls).bind(run_dir=".", **options)
-    except TypeError as err:
-        raise ConfigError(f"writer {spec['type']!r}: {err}") from None
-    if isinstance(cls, type) and issubclass(cls, Writer):
-        cls.load_requirement()
+    options = {k: v for k, v in spec.items() if k not in ("type", "optional")}
+    check_options(cls, options, f"writer {spec['type']!r}", where, extra={"run_dir": "."})
+    if isinstance(cls, type) and issubclass(cls, Writer) and not spec.get("optional"):
+        try:
+            cls.load_requirement()
+        except ConfigError as err:
+            raise ConfigError(f"{where}: {err}") from None
     return cls
+
+
+def check_writer_sections(specs: Any, where: str = "writers") -> None:
+    """Check every entry of a ``writers`` list (:func:`check_writer_spec`)."""
+    for index, spec in enumerate(specs):
+        check_writer_spec(spec, f"{where}[{index}]")
+
+
+WRITERS.set_checker(check_writer_sections)
 
 
 class WriterGroup:

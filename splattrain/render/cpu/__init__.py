@@ -2,7 +2,6 @@
 (see ``build``)."""
 
 from .build import BuildError, Library, load_library
-from . import ssim  # noqa: F401  (the loss's SSIM uses the compiled kernel once loaded)
 from .rasterizer import composite, intersect_tiles, project, rasterize, sh_colors
 
 __all__ = [

@@ -12,7 +12,6 @@ from typing import Any, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ...losses.ssim import register_ssim_kernel
 from .build import Library, loaded_library
 from .threads import loop_threads
 
@@ -77,5 +76,3 @@ def compiled_ssim(pred: Tensor, target: Tensor) -> Tensor:
         raise RuntimeError("the compiled CPU library is not loaded")
     return _SSIM.apply(pred, target, library)
 
-
-register_ssim_kernel(compiled_ssim_applies, compiled_ssim)

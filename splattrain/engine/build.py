@@ -1,0 +1,124 @@
+"""Build a run's components from its config, resolving their dependencies once: the renderer
+needs the strategy's ``absgrad``, the strategy checks the renderer, the loss drops terms the data
+cannot feed, the view corrections need the renderer and the cameras. The trainer only assembles
+what this returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from ..config.steps import check_schedule
+from ..data.loading import load_scene
+from ..data.pipeline import DataPipeline, camera_scene_scale
+from ..distributed import DistContext
+from ..hooks.base import Hook
+from ..hooks.specs import build_hook, hook_sections, hook_specs
+from ..losses import Loss, build_loss
+from ..model.gaussians import GaussianModel
+from ..optim import build_optimizers, build_schedulers
+from ..render import build_renderer
+from ..render.base import Renderer
+from ..strategy import SceneFacts, build_strategy
+from ..strategy.protocol import Strategy
+from ..view_opt import ViewCorrections
+from .batching import StepSettings, views_per_step
+from .model_init import build_model
+
+Message = Callable[[str], None]
+
+
+@dataclass
+class Components:
+    """Everything a run trains with, built and checked against each other."""
+
+    data: DataPipeline
+    data_type: str
+    scene_scale: float
+    model: GaussianModel
+    renderer: Renderer
+    strategy: Strategy
+    loss: Loss
+    step_settings: StepSettings
+    optimizers: Dict[str, torch.optim.Optimizer]
+    schedulers: List[Any]
+    strategy_state: Dict[str, Any]
+    view_opt: ViewCorrections
+
+
+def plain(node: Any) -> Dict[str, Any]:
+    """A config section as a plain dict (resolved)."""
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
+
+
+def build_components(cfg: DictConfig, dist: DistContext, background: torch.Tensor, config_dir: Optional[Path],
+                     info: Message, warning: Message) -> Components:
+    """Load the scene and build the model, renderer, strategy, loss, optimizers and view corrections."""
+    device, max_steps = dist.device, int(cfg.trainer.max_steps)
+    data_type, scene = load_scene(cfg.data, config_dir=config_dir)
+    views = views_per_step(cfg.trainer.batch_size, cfg.optim.accumulate_steps, [f.camera for f in scene.train])
+    data = DataPipeline(
+        scene, background, device, seed=cfg.seed,
+        random_background=cfg.data.random_background, prefetch=cfg.data.prefetch, views=views,
+        rank=dist.rank, world_size=dist.world_size,
+    )
+    scene_scale = camera_scene_scale(data.train_cameras)
+    model = build_model(cfg, scene, data.train_cameras, info).to(device)
+    strategy_spec = plain(cfg.strategy)
+    renderer = build_renderer(plain(cfg.renderer), device, log=info, warn=warning,
+                              absgrad=bool(strategy_spec.get("absgrad", False)))
+    strategy = build_strategy(strategy_spec, renderer, warn=warning)
+    strategy.fit_to_scene(SceneFacts(
+        train_views=len(data.train_cameras), train_pixels=sum(c.width * c.height for c in data.train_cameras),
+        initial_gaussians=model.num_gaussians, scene_scale=scene_scale,
+    ))
+    check_schedule(strategy, max_steps, warning)
+    strategy.set_statistics_reducer(dist if dist.enabled else None)
+    loss = build_loss(plain(cfg.loss), strategy.default_loss_terms())
+    loss.drop_unavailable(_LossContext(cfg, device, data, model, renderer), warning)
+    optimizers = build_optimizers(model, cfg.optim, scene_scale)
+    schedulers = build_schedulers(optimizers, cfg.optim, scene_scale, max_steps)
+    strategy.check_sanity(model.params, optimizers)
+    view_opt = ViewCorrections(
+        plain(cfg.appearance), plain(cfg.pose_opt), len(scene.train), device, renderer, max_steps,
+        cameras=data.train_cameras, points=model.means.detach(), scene_scale=scene_scale,
+    )
+    return Components(
+        data=data, data_type=data_type, scene_scale=scene_scale, model=model, renderer=renderer,
+        strategy=strategy, loss=loss, step_settings=StepSettings.from_config(cfg, render_depth=loss.needs_depth),
+        optimizers=optimizers, schedulers=schedulers,
+        strategy_state=strategy.initialize_state(scene_scale=scene_scale), view_opt=view_opt,
+    )
+
+
+@dataclass
+class _LossContext:
+    """What a loss term's ``unavailable`` may read of the run being built."""
+
+    cfg: DictConfig
+    device: torch.device
+    data: DataPipeline
+    model: GaussianModel
+    renderer: Renderer
+
+
+def build_hooks(cfg: DictConfig) -> List[Hook]:
+    """The config's default and custom hooks, built in order."""
+    sections = hook_sections(plain(cfg.default_hooks), [plain(s) for s in cfg.custom_hooks])
+    return [build_hook(name, spec, where) for name, spec, where in sections]
+
+
+def run_policy(cfg: DictConfig) -> Tuple[Path, bool]:
+    """The checkpoint folder (``default_hooks.checkpoint.out_dir`` or ``<output_dir>/ckpt``) and
+    whether a failed run saves a rescue checkpoint (``default_hooks.auto_checkpoint.rescue``)."""
+    checkpoint_dir, rescue = Path(cfg.output_dir) / "ckpt", True
+    for _, spec in hook_specs(plain(cfg.default_hooks), [plain(s) for s in cfg.custom_hooks]):
+        if spec.get("type") == "CheckPointHook" and spec.get("out_dir") is not None:
+            checkpoint_dir = Path(spec["out_dir"])
+        if spec.get("type") == "AutoCheckpointHook" and "rescue" in spec:
+            rescue = bool(spec["rescue"])
+    return checkpoint_dir, rescue
