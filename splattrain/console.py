@@ -11,6 +11,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from .files import open_append
+
 
 class Console:
     """Everything the trainer shows: to the terminal (rich) and, once opened, to log.txt.
@@ -37,8 +39,6 @@ class Console:
     def open_log(self, path: Path) -> None:
         """Start mirroring output to ``path`` (appending; a symlink there is refused, not followed),
         beginning with the lines held since :meth:`hold_log`."""
-        from .io.atomic import open_append
-
         path.parent.mkdir(parents=True, exist_ok=True)
         self._log_file = open_append(path)
         self._log_path = path

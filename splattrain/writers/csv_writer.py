@@ -6,7 +6,7 @@ import csv
 from pathlib import Path
 from typing import Mapping
 
-from ..io.atomic import open_append
+from ..files import open_append
 from ..registry import WRITERS
 from .base import Writer
 from .rows import scalar_row
