@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from ..console import Console
 from ..errors import UserError
-from ..process import database, require
+from ..process import require
 from ..process.display import Stage
 from ..process.frames import FrameOptions, extract_frames
 from ..process.inputs import input_kind, list_images
@@ -97,18 +97,15 @@ def process(input_path: str, output_path: str, console: Console, sfm: SfmOptions
     db = work / "database.db"
     timings: Dict[str, float] = {}
 
-    had = sum(1 for n in database.images_with_features(db).values() if n > 0)
     with Stage(console, "features", len(names), "images") as stage:
-        stage.update(had)
-        extract(db, image_dir, names, sfm, device, stage.update)
-        stage.note = f"{had} reused from the last run" if had else ""
+        reused = extract(db, image_dir, names, sfm, device, stage.update)
+        stage.note = f"{reused} reused from the last run" if reused else ""
     timings["features"] = stage.seconds
 
-    had = database.count(db, "matches") or 0
-    with Stage(console, "matching", pairs_to_match(len(names), matcher), "pairs") as stage:
-        stage.update(had)
-        match(db, matcher, device, stage.update)
-        stage.note = f"{had} pairs reused from the last run" if had else ""
+    pairs = pairs_to_match(names, matcher)
+    with Stage(console, "matching", len(pairs), "pairs") as stage:
+        reused = match(db, pairs, device, work, stage.update)
+        stage.note = f"{reused} pairs reused from the last run" if reused else ""
     timings["matching"] = stage.seconds
 
     with Stage(console, "mapping", len(names), "images") as stage:

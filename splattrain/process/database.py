@@ -1,4 +1,4 @@
-"""Read-only counts from a COLMAP database (sqlite), safe while pycolmap writes to it."""
+"""What a COLMAP database (sqlite) holds, read between pycolmap's calls: features, matches, cameras."""
 
 from __future__ import annotations
 
@@ -10,20 +10,28 @@ from typing import Dict, Optional, Set
 PAIR_BASE = 2147483647
 
 
-def _query(db: Path, sql: str) -> Optional[list]:
+def _query(db: Path, sql: str, args: tuple = ()) -> Optional[list]:
     if not db.is_file():
         return None
     try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=0.2) as conn:
-            return conn.execute(sql).fetchall()
-    except sqlite3.Error:  # locked by the writer, or the table not made yet
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0)
+        try:
+            return conn.execute(sql, args).fetchall()
+        finally:
+            conn.close()
+    except sqlite3.Error:  # the table is not made yet
         return None
 
 
-def count(db: Path, table: str) -> Optional[int]:
-    """Rows in ``table`` (``keypoints``, ``matches``, ``two_view_geometries``), None when unreadable."""
-    rows = _query(db, f"SELECT COUNT(*) FROM {table}")
-    return None if rows is None else int(rows[0][0])
+def image_ids(db: Path) -> Dict[str, int]:
+    """Image name -> image id."""
+    return {name: int(i) for i, name in _query(db, "SELECT image_id, name FROM images") or []}
+
+
+def camera_of(db: Path, name: str) -> Optional[int]:
+    """The camera id of image ``name``, None when it is not in the database."""
+    rows = _query(db, "SELECT camera_id FROM images WHERE name = ?", (name,))
+    return int(rows[0][0]) if rows else None
 
 
 def images_with_features(db: Path) -> Dict[str, int]:

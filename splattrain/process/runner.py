@@ -45,6 +45,8 @@ def run_polled(work: Callable[[Any], T], token: Any, poll: Callable[[], Optional
     done = poll()
     if done is not None:
         progress(done)
+    if cancelled:  # the call ended because it was cancelled (pycolmap raises "Operation cancelled")
+        interrupts.check()
     if "error" in outcome:
         raise outcome["error"]
     interrupts.check()

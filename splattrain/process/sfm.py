@@ -1,8 +1,9 @@
 """Structure from motion with pycolmap: SIFT features, matching, mapping (incremental or global).
 
-Each stage writes to one COLMAP database, and COLMAP skips the images that already have
-features and the pairs that are already matched, so a stopped or repeated run resumes
-where the last one left off.
+Each stage writes to one COLMAP database; the images that already have features there and
+the pairs already matched are skipped, so a stopped or repeated run resumes where the last
+one left off. Features and matches are computed in chunks, one pycolmap call each, which
+gives the progress bar its steps; nothing reads the database while pycolmap writes it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from .runner import run_polled
 
 #: Neighbours each frame is matched with by the sequential matcher.
 SEQUENTIAL_OVERLAP = 10
+#: Features and matches are computed in this many calls: progress, and a stop, between them.
+CHUNKS = 25
 
 Progress = Callable[[int], None]
 
@@ -53,44 +56,77 @@ def pick_matcher(choice: str, kind: str) -> str:
     return "sequential" if kind == "video" else "exhaustive"
 
 
-def pairs_to_match(count: int, matcher: str) -> int:
-    """How many image pairs the matcher will look at (the progress bar's total)."""
+def pairs_to_match(names: List[str], matcher: str) -> List[Tuple[str, str]]:
+    """The image pairs ``matcher`` looks at: every pair (exhaustive), or each image with its
+    ``SEQUENTIAL_OVERLAP`` successors and those 2^k further on (COLMAP's sequential pairs)."""
     if matcher == "exhaustive":
-        return count * (count - 1) // 2
-    pairs = set()
-    for i in range(count):  # COLMAP's sequential pairs: i+1..i+overlap and i+2^k (quadratic overlap)
-        for j in [i + d for d in range(1, SEQUENTIAL_OVERLAP + 1)] + [i + 2 ** k for k in range(SEQUENTIAL_OVERLAP)]:
-            if j < count:
-                pairs.add((i, j))
-    return len(pairs)
+        return [(a, names[j]) for i, a in enumerate(names) for j in range(i + 1, len(names))]
+    steps = sorted(set(range(1, SEQUENTIAL_OVERLAP + 1)) | {2**k for k in range(SEQUENTIAL_OVERLAP)})
+    return [(a, names[i + d]) for i, a in enumerate(names) for d in steps if i + d < len(names)]
 
 
-def extract(db: Path, image_dir: Path, names: List[str], options: SfmOptions, device: Any, progress: Progress) -> None:
-    """SIFT features of ``names`` (relative to ``image_dir``) into ``db``; images that already
-    have features there are skipped."""
+def _chunks(items: List[Any], smallest: int) -> List[List[Any]]:
+    """``items`` in about ``CHUNKS`` runs of at least ``smallest`` (each pycolmap call costs a start-up)."""
+    size = max(smallest, -(-len(items) // CHUNKS))
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def extract(db: Path, image_dir: Path, names: List[str], options: SfmOptions, device: Any, progress: Progress) -> int:
+    """SIFT features of ``names`` (relative to ``image_dir``) into ``db``, in chunks (progress and
+    Ctrl-C between and within them); images that already have features are skipped. Returns
+    how many were reused."""
     pycolmap = require("pycolmap")
+    done = {name for name, count in database.images_with_features(db).items() if count > 0}
+    todo = [name for name in names if name not in done]
+    reused = len(names) - len(todo)
+    progress(reused)
     reader = pycolmap.ImageReaderOptions()
     reader.camera_model = options.camera_model
     mode = getattr(pycolmap.CameraMode, CAMERA_MODES[options.camera])
-    token = pycolmap.CancellationToken()
-    run_polled(lambda tok: pycolmap.extract_features(db, image_dir, image_names=names, camera_mode=mode,
-                                                     reader_options=reader, device=device, cancellation_token=tok),
-               token, lambda: database.count(db, "keypoints"), progress)
+    groups = _chunks(todo, 8) if options.camera != "per-folder" else _by_folder(todo)
+    finished = reused
+    for group in groups:
+        if options.camera == "single":  # later chunks (and resumed runs) keep the first camera
+            camera = database.camera_of(db, next(iter(done), None) or names[0])
+            if camera is not None:
+                reader.existing_camera_id = camera
+        run_polled(lambda tok: pycolmap.extract_features(db, image_dir, image_names=group, camera_mode=mode,
+                                                         reader_options=reader, device=device, cancellation_token=tok),
+                   pycolmap.CancellationToken(), lambda: None, progress)
+        finished += len(group)
+        progress(finished)
+    return reused
 
 
-def match(db: Path, matcher: str, device: Any, progress: Progress) -> None:
-    """Match and verify the image pairs of ``matcher`` (exhaustive | sequential); pairs already
-    matched in ``db`` are skipped."""
+def _by_folder(names: List[str]) -> List[List[str]]:
+    folders: Dict[str, List[str]] = {}
+    for name in names:
+        folders.setdefault(name.rpartition("/")[0], []).append(name)
+    return list(folders.values())
+
+
+def match(db: Path, pairs: List[Tuple[str, str]], device: Any, work: Path, progress: Progress) -> int:
+    """Match and verify ``pairs`` in chunks; pairs already matched in ``db`` are skipped.
+    Returns how many were reused."""
     pycolmap = require("pycolmap")
-    token = pycolmap.CancellationToken()
-    if matcher == "exhaustive":
-        call = lambda tok: pycolmap.match_exhaustive(db, device=device, cancellation_token=tok)  # noqa: E731
-    else:
-        pairing = pycolmap.SequentialPairingOptions()
-        pairing.overlap = SEQUENTIAL_OVERLAP
-        call = lambda tok: pycolmap.match_sequential(db, pairing_options=pairing, device=device,  # noqa: E731
-                                                     cancellation_token=tok)
-    run_polled(call, token, lambda: database.count(db, "matches"), progress)
+    ids = database.image_ids(db)
+    done = database.matched_pairs(db)
+    todo = [(a, b) for a, b in pairs if tuple(sorted((ids[a], ids[b]))) not in done]
+    reused = len(pairs) - len(todo)
+    progress(reused)
+    listing = work / "pairs.txt"
+    finished = reused
+    for group in _chunks(todo, 100):
+        listing.write_text("".join(f"{a} {b}\n" for a, b in group))
+        pairing = pycolmap.ImportedPairingOptions()
+        pairing.match_list_path = str(listing)
+        run_polled(lambda tok: pycolmap.match_image_pairs(db, pairing_options=pairing, device=device,
+                                                          cancellation_token=tok),
+                   pycolmap.CancellationToken(), lambda: None, progress)
+        finished += len(group)
+        progress(finished)
+    listing.unlink(missing_ok=True)
+    return reused
 
 
 def map_scene(db: Path, image_dir: Path, out: Path, mapper: str, progress: Progress) -> Dict[int, Any]:
