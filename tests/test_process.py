@@ -88,16 +88,18 @@ def test_fit_trains_the_processed_scene(processed, tmp_path: Path) -> None:
     assert results["cc_psnr"] > 12  # colour-corrected: 20 steps leave the exposure unfitted
 
 
-def test_a_second_run_reuses_features_and_matches(processed) -> None:
+def test_a_second_run_reuses_features_and_matches_with_the_global_mapper(processed) -> None:
     _, scene, _ = processed
     photos = scene.parent / "photos"
     before = (scene / "colmap" / "database.db").stat().st_size
-    result = run_cli("process", str(photos), str(scene))
+    result = run_cli("process", str(photos), str(scene), "--mapper", "global")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "8 reused from the last run" in result.stdout
     assert "28 pairs reused from the last run" in result.stdout
     assert (scene / "colmap" / "database.db").stat().st_size == before
-    assert json.loads((scene / "colmap" / "summary.json").read_text())["registered"] == 8
+    summary = json.loads((scene / "colmap" / "summary.json").read_text())
+    assert summary["registered"] == 8 and summary["options"]["mapper"] == "global"
+    assert summary["mean_reprojection_error_px"] < 1.0
 
 
 def test_fit_on_bare_photos_names_the_process_command(processed) -> None:
@@ -202,3 +204,22 @@ def test_ctrl_c_stops_cleanly_and_the_next_run_resumes(tmp_path: Path) -> None:
     result = run_cli("process", str(photos), str(scene))
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads((scene / "colmap" / "summary.json").read_text())["registered"] == 8
+
+
+def test_disconnected_models_keep_the_largest_and_say_so(tmp_path: Path) -> None:
+    # mirrored photos match one another but not the originals (SIFT is not mirror-invariant):
+    # two scenes that share no match, so mapping finds two models
+    photos = cup_photos(tmp_path / "photos", range(1, 13))
+    for n in range(30, 40):
+        Image.open(CUP / "images" / f"{n}.jpg").transpose(Image.Transpose.FLIP_LEFT_RIGHT).save(
+            photos / f"mirrored_{n}.jpg", quality=95)
+    result = run_cli("process", str(photos), str(tmp_path / "scene"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((tmp_path / "scene" / "colmap" / "summary.json").read_text())
+    assert summary["models"] == 2, summary
+    assert "disconnected models" in result.stdout and "kept the largest" in result.stdout
+    assert summary["registered"] >= 11
+    kept = {p.name for p in (tmp_path / "scene" / "images").iterdir()}
+    assert all(not name.startswith("mirrored_") for name in kept)
+    assert all(why.startswith("in a smaller, disconnected model") for name, why in summary["left_out"].items()
+               if name.startswith("mirrored_"))

@@ -62,13 +62,13 @@ def _images(src: Path, kind: str, work: Path, frames: FrameOptions, console: Con
 
     with Stage(console, "frames", 1, "frames decoded") as stage:
         def progress(done: int, total: int) -> None:
-            stage.total = max(total, done)
-            if stage._bar is not None:
-                stage._bar.update(stage._task, total=stage.total)
+            if max(total, done) != stage.total:
+                stage.set_total(max(total, done))
             stage.update(done)
 
         report = extract_frames(src, work / "frames", frames, progress=progress, stop=interrupts.check)
-        stage.total = stage.done = report.decoded
+        stage.set_total(report.decoded)
+        stage.update(report.decoded)
         stage.note = (f"kept the sharpest of each stretch: {report.kept} frames, mean sharpness "
                       f"{report.sharpness_kept:.0f} vs {report.sharpness_all:.0f} over all frames"
                       + ("; reused from the last run" if report.reused else ""))

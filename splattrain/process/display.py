@@ -40,6 +40,12 @@ class Stage:
             self._task = self._bar.add_task(self.name, total=self.total)
         return self
 
+    def set_total(self, total: int) -> None:
+        """Change the number of units (a video's frame count is known once decoding starts)."""
+        self.total = max(1, total)
+        if self._bar is not None:
+            self._bar.update(self._task, total=self.total)
+
     def update(self, done: int) -> None:
         """``done`` of ``total`` units finished (clipped to the total)."""
         self.done = min(max(done, self.done), self.total)
