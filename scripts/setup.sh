@@ -19,8 +19,12 @@ if [ "${SPLATTRAIN_SETUP:-}" = test ]; then
   python -m pip install --quiet -e ".[test]"
   # The dvclive writer's test runs the real package in a folder of its own: dvclive's dvc pins
   # hydra-core, which caps omegaconf below 2.4, and splattrain is tested with omegaconf 2.4.
+  # The packages both need are held at this environment's versions (omegaconf aside), so pip
+  # finds no conflict between the two.
   if [ ! -d "$venv/dvclive-packages" ]; then
-    python -m pip install --quiet --no-warn-script-location --target "$venv/dvclive-packages" "dvclive>=3.40"
+    python -m pip freeze --exclude-editable | grep -v -i -e '^omegaconf==' -e ' @ ' >"$venv/dvclive-constraints.txt"
+    python -m pip install --quiet --no-warn-script-location --target "$venv/dvclive-packages" \
+      -c "$venv/dvclive-constraints.txt" "dvclive>=3.40"
   fi
 else
   python -m pip install --quiet -e .
