@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install splattrain and train the shipped demo scene (outputs/demo/).
+# Install splattrain (runtime dependencies only) and train the shipped demo scene (outputs/demo/).
 # Extra arguments are passed on as config overrides, e.g. trainer.max_steps=500.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

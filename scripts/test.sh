@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Install splattrain with its test dependencies and run the test suite.
+# Install splattrain with its test dependencies (the test extras) and run the test suite.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-source scripts/setup.sh
+SPLATTRAIN_SETUP=test source scripts/setup.sh
 python -m pytest -q "$@"

@@ -104,10 +104,17 @@ def _parser() -> argparse.ArgumentParser:
     vw.add_argument("--out", help="folder for saved PNG views (default RUN_DIR/viewer, or beside the PLY)")
     vw.add_argument("--device", default="auto")
     _plugin_options(vw)
+    _add_process(sub)
     lst = sub.add_parser("list", help="list registered hooks, writers, datasets, renderers, losses, strategies, trainers")
     lst.add_argument("what", choices=list(_REGISTRIES))
     lst.add_argument("--config", help="also import the modules this config names in imports:")
     return parser
+
+
+def _add_process(sub: Any) -> None:
+    from .process.options import add_arguments
+
+    add_arguments(sub.add_parser("process", help="photos or a video to a COLMAP scene that fit trains"))
 
 
 def escape(text: str) -> str:
@@ -248,6 +255,15 @@ def _view(args: argparse.Namespace) -> int:
     return 0
 
 
+def _process(args: argparse.Namespace) -> int:
+    from .commands.process import process
+    from .console import Console
+    from .process.options import from_arguments
+
+    process(args.input, args.output, Console(), *from_arguments(args))
+    return 0
+
+
 def _schedule(args: argparse.Namespace) -> int:
     from .commands.schedule import show_schedule
     from .config import load_config
@@ -338,7 +354,7 @@ def _run_command(argv: Optional[List[str]]) -> int:
 
             atexit.register(gc.freeze)
         commands = {"fit": _fit, "eval": _eval, "render": _render, "export": _export, "schedule": _schedule,
-                    "view": _view, "list": _list}
+                    "view": _view, "list": _list, "process": _process}
         code = commands[args.command](args)
         check()  # a signal that arrived during the command's last stretch still stops it
         return code

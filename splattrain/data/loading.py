@@ -80,11 +80,25 @@ def detect_format(path: Path) -> str:
         detect = getattr(reader, "detect", None)
         if detect is not None and detect(path):
             return name
+    if _holds_photos(path):
+        scene = path.with_name(path.name + "_scene") if path.name else Path("scene")
+        raise DataError(
+            f"data.path '{path}' holds photos but no camera poses; make a scene of them first: "
+            f"splattrain process {path} {scene}, then data.path={scene}"
+        )
     raise DataError(
         f"data.path '{path}': cannot tell the dataset format (no reader recognises it: blender needs "
         f"transforms_train.json, nerfstudio transforms.json, colmap sparse/0/ with cameras.bin or cameras.txt); "
         f"set data.type to one of {', '.join(DATASETS)}"
     )
+
+
+def _holds_photos(path: Path) -> bool:
+    """Whether ``path`` (or its images/ folder) holds photos: a capture not yet through structure from motion."""
+    from ..process.inputs import IMAGE_SUFFIXES
+
+    return any(p.suffix.lower() in IMAGE_SUFFIXES for folder in (path, path / "images") if folder.is_dir()
+               for p in folder.iterdir())
 
 
 def _data_config(cfg: DataConfig | DictConfig) -> DataConfig:

@@ -1,0 +1,59 @@
+"""The command-line options of ``splattrain process`` and the option objects they make.
+
+Only the standard library is imported here: the parser is built on every ``splattrain`` call.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Tuple
+
+from ..errors import UserError
+
+if TYPE_CHECKING:
+    from .frames import FrameOptions
+    from .sfm import SfmOptions
+
+MATCHERS = ("auto", "exhaustive", "sequential")
+MAPPERS = ("incremental", "global")
+CAMERA_MODES = {"single": "SINGLE", "per-folder": "PER_FOLDER", "per-image": "PER_IMAGE"}
+#: Camera models the mapper may fit; splattrain's reader and the undistortion stage handle each.
+CAMERA_MODELS = ("SIMPLE_PINHOLE", "PINHOLE", "SIMPLE_RADIAL", "RADIAL", "OPENCV")
+#: Video frames kept by default, and the default limit on their long side in pixels.
+DEFAULT_FRAMES = 150
+DEFAULT_MAX_SIZE = 1600
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The positional INPUT / OUTPUT and every option (argparse has no import cost to speak of)."""
+    parser.add_argument("input", metavar="INPUT", help="a folder of photos (.jpg/.png) or a video file")
+    parser.add_argument("output", metavar="OUTPUT", help="the scene folder to write (images/, sparse/0/, images_2/4/8/)")
+    parser.add_argument("--matcher", choices=MATCHERS, default="auto",
+                        help="image pairs to match (auto: sequential for a video, exhaustive for photos)")
+    parser.add_argument("--mapper", choices=MAPPERS, default="incremental", help="incremental or global (GLOMAP) mapping")
+    parser.add_argument("--camera", choices=list(CAMERA_MODES), default="single",
+                        help="one camera for all images, one per sub-folder, or one per image")
+    parser.add_argument("--camera-model", choices=CAMERA_MODELS, default="SIMPLE_RADIAL", help="lens model to fit")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                        help="where SIFT runs (auto: the GPU when this pycolmap has CUDA)")
+    parser.add_argument("--frames", type=int, default=DEFAULT_FRAMES, metavar="N",
+                        help="video: keep N frames, the sharpest of each of N equal stretches")
+    parser.add_argument("--fps", type=float, default=None, help="video: keep this many frames per second instead")
+    parser.add_argument("--max-size", type=int, default=DEFAULT_MAX_SIZE, metavar="PX",
+                        help="video: shrink frames to at most PX pixels on their long side")
+
+
+def from_arguments(args: argparse.Namespace) -> Tuple["SfmOptions", "FrameOptions"]:
+    """The parsed options as (SfmOptions, FrameOptions); UserError for values out of range."""
+    from .frames import FrameOptions
+    from .sfm import SfmOptions
+
+    if args.frames < 3:
+        raise UserError(f"--frames must be at least 3, got {args.frames}")
+    if args.fps is not None and not args.fps > 0:
+        raise UserError(f"--fps must be positive, got {args.fps}")
+    if args.max_size < 64:
+        raise UserError(f"--max-size must be at least 64 pixels, got {args.max_size}")
+    sfm = SfmOptions(matcher=args.matcher, mapper=args.mapper, camera=args.camera, camera_model=args.camera_model,
+                     device=args.device)
+    return sfm, FrameOptions(count=args.frames, fps=args.fps, max_size=args.max_size)
