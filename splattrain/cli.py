@@ -256,9 +256,8 @@ def _view(args: argparse.Namespace) -> int:
 
 
 def _process(args: argparse.Namespace) -> int:
-    from .commands.process import process
+    from .commands.process import from_arguments, process
     from .console import Console
-    from .process.options import from_arguments
 
     process(args.input, args.output, Console(), *from_arguments(args))
     return 0

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Dict, List
+import argparse
+from typing import Any, Dict, List, Tuple
 
 from rich.markup import escape
 
@@ -158,3 +159,16 @@ def _print_summary(console: Console, summary: Dict[str, Any], out: Path) -> None
                       [[escape(name), why] for name, why in sorted(summary["left_out"].items())])
     console.info(f"scene written to {escape(str(out))} ({', '.join(OUTPUTS)}); train it with:")
     console.info(f"  splattrain fit --config configs/colmap.yaml data.path={escape(str(out))}")
+
+
+def from_arguments(args: argparse.Namespace) -> Tuple[SfmOptions, FrameOptions]:
+    """The parsed options as (SfmOptions, FrameOptions); UserError for values out of range."""
+    if args.frames < 3:
+        raise UserError(f"--frames must be at least 3, got {args.frames}")
+    if args.fps is not None and not args.fps > 0:
+        raise UserError(f"--fps must be positive, got {args.fps}")
+    if args.max_size < 64:
+        raise UserError(f"--max-size must be at least 64 pixels, got {args.max_size}")
+    sfm = SfmOptions(matcher=args.matcher, mapper=args.mapper, camera=args.camera, camera_model=args.camera_model,
+                     device=args.device)
+    return sfm, FrameOptions(count=args.frames, fps=args.fps, max_size=args.max_size)

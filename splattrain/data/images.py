@@ -85,6 +85,10 @@ def resize_mask(mask: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return np.asarray(Image.fromarray(mask).resize(size, Image.Resampling.NEAREST))
 
 
+#: Photo files a capture folder holds before structure from motion (``splattrain process`` reads these).
+PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png")
+
+
 def worker_count(num_workers: int) -> int:
     """Decoding threads: ``num_workers``, or one per CPU core (at most 8) when it is 0."""
     return num_workers if num_workers > 0 else min(8, os.cpu_count() or 1)

@@ -12,6 +12,7 @@ from ..config.schema import DataConfig
 from ..errors import ConfigError, DataError
 from ..registry import DATASETS
 from .depths import attach_depths, depth_folder
+from .images import PHOTO_SUFFIXES
 from .locate import locate_scene, resolve_data_path
 from .reader import DatasetReader
 from .types import SceneData
@@ -95,9 +96,7 @@ def detect_format(path: Path) -> str:
 
 def _holds_photos(path: Path) -> bool:
     """Whether ``path`` (or its images/ folder) holds photos: a capture not yet through structure from motion."""
-    from ..process.inputs import IMAGE_SUFFIXES
-
-    return any(p.suffix.lower() in IMAGE_SUFFIXES for folder in (path, path / "images") if folder.is_dir()
+    return any(p.suffix.lower() in PHOTO_SUFFIXES for folder in (path, path / "images") if folder.is_dir()
                for p in folder.iterdir())
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List
 
+from ..data.images import PHOTO_SUFFIXES as IMAGE_SUFFIXES
 from ..errors import UserError
 
 #: Photo files COLMAP's reader and splattrain's both decode.
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 #: Video containers handed to ffmpeg (anything else that ffmpeg reads works too when named as a file).
 VIDEO_SUFFIXES = (".mp4", ".mov", ".m4v", ".avi", ".mkv", ".webm")
 

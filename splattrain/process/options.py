@@ -6,13 +6,6 @@ Only the standard library is imported here: the parser is built on every ``splat
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Tuple
-
-from ..errors import UserError
-
-if TYPE_CHECKING:
-    from .frames import FrameOptions
-    from .sfm import SfmOptions
 
 MATCHERS = ("auto", "exhaustive", "sequential")
 MAPPERS = ("incremental", "global")
@@ -41,19 +34,3 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fps", type=float, default=None, help="video: keep this many frames per second instead")
     parser.add_argument("--max-size", type=int, default=DEFAULT_MAX_SIZE, metavar="PX",
                         help="video: shrink frames to at most PX pixels on their long side")
-
-
-def from_arguments(args: argparse.Namespace) -> Tuple["SfmOptions", "FrameOptions"]:
-    """The parsed options as (SfmOptions, FrameOptions); UserError for values out of range."""
-    from .frames import FrameOptions
-    from .sfm import SfmOptions
-
-    if args.frames < 3:
-        raise UserError(f"--frames must be at least 3, got {args.frames}")
-    if args.fps is not None and not args.fps > 0:
-        raise UserError(f"--fps must be positive, got {args.fps}")
-    if args.max_size < 64:
-        raise UserError(f"--max-size must be at least 64 pixels, got {args.max_size}")
-    sfm = SfmOptions(matcher=args.matcher, mapper=args.mapper, camera=args.camera, camera_model=args.camera_model,
-                     device=args.device)
-    return sfm, FrameOptions(count=args.frames, fps=args.fps, max_size=args.max_size)
