@@ -9,8 +9,8 @@ from typing import Any, Callable, Dict, Optional
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ..checkpoint import SCENE_KEYS, CheckpointError, checkpoint_target, load_checkpoint_file, require_keys
-from ..config.schema import SplatConfig
+from ..checkpoint import checkpoint_target, load_checkpoint_file
+from ..checkpoint_schema import check_scene
 from ..data.loading import load_scene
 from ..data.pipeline import DataPipeline
 from ..data.types import SceneData
@@ -82,11 +82,7 @@ def load_snapshot(target: str | Path, device: str = "auto") -> Snapshot:
     """Load a run directory's newest checkpoint (or a checkpoint file) onto ``device``."""
     path = checkpoint_target(target)
     checkpoint = load_checkpoint_file(path)
-    require_keys(checkpoint, path, SCENE_KEYS, "render a scene")
-    try:
-        cfg = OmegaConf.merge(OmegaConf.structured(SplatConfig), checkpoint["config"])
-    except Exception as err:  # a config the schema rejects: the file is not one splattrain wrote
-        raise CheckpointError(f"checkpoint '{path}' holds an invalid config ({str(err).splitlines()[0]})") from None
+    cfg = check_scene(checkpoint, path)
     resolved = resolve_device(device)
     model = GaussianModel(checkpoint["gaussians"], int(checkpoint["sh_degree"])).to(resolved)
     return Snapshot(path=path, checkpoint=checkpoint, cfg=cfg, model=model, device=resolved)

@@ -71,7 +71,8 @@ def _merge(base: DictConfig, update: DictConfig, source: str) -> DictConfig:
         ) from None
 
 
-def _check_values(cfg: DictConfig, source: str) -> None:
+def check_values(cfg: DictConfig, source: str) -> None:
+    """Refuse missing required keys, unknown choices and out-of-range values (ConfigError naming ``source``)."""
     for key in ("name", "data.path"):
         try:
             OmegaConf.select(cfg, key, throw_on_missing=True)
@@ -116,7 +117,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = (), check_plugins: 
     if overrides:
         cfg = _merge(cfg, _parse_overrides(overrides), f"{path} (command-line overrides)")
     source = f"{path}" + (" + overrides" if overrides else "")
-    _check_values(cfg, source)
+    check_values(cfg, source)
     if check_plugins:
         try:
             check_plugin_sections(cfg, path.parent)
