@@ -12,6 +12,7 @@ import torch
 
 from ..cameras import Camera
 from ..errors import DataError
+from ..io.limits import require_memory
 from .distortion import Distortion, Undistorter
 from .images import parallel_map, read_image, read_mask, resize_image, resize_mask, scaled_size
 from .types import Frame
@@ -62,7 +63,13 @@ class _UndistorterCache:
 
 
 def load_views(specs: Sequence[ViewSpec], downscale: float, workers: int) -> list[Frame]:
-    """Decode every view on ``workers`` threads into frames shrunk by ``downscale`` and undistorted."""
+    """Decode every view on ``workers`` threads into frames shrunk by ``downscale`` and undistorted;
+    refuses (one line, with the estimate) views whose decoded images cannot fit in memory."""
+    sizes = [scaled_size(*spec.size, downscale) for spec in specs]
+    if sizes:
+        width, height = max(sizes, key=lambda size: size[0] * size[1])
+        require_memory(f"data.downscale={downscale:g}: {len(sizes)} images of up to {width}x{height} pixels",
+                       sum(w * h for w, h in sizes) * 4 + width * height * 4 * 3 * max(1, workers))
     cache = _UndistorterCache()
     return parallel_map(lambda spec: _load_view(spec, downscale, cache), specs, workers)
 

@@ -17,6 +17,7 @@ from ..config.steps import check_schedule
 from ..console import Console
 from ..data.loading import load_scene
 from ..data.pipeline import DataPipeline, camera_scene_scale
+from ..errors import UserError
 from ..distributed import DistContext, RankConsole
 from ..distributed.steps import agree_on_step
 from ..hooks.base import Hook
@@ -238,6 +239,9 @@ class DefaultTrainer:
         agree_on_step(self, outputs)
         if not outputs.get("skip_update"):
             self.strategy.post_backward(self.model.params, self.optimizers, self.strategy_state, step, infos)
+            if self.model.num_gaussians == 0:
+                raise UserError(f"step {step}: strategy {self.cfg.strategy.get('type', 'default')!r} pruned every "
+                                "Gaussian, nothing is left to train; relax its pruning settings (strategy.prune_opa)")
             step_optimizers(self.optimizers, infos)
         clear_grads(self.optimizers)
         self.view_opt.step(step, update=not outputs.get("skip_update"))

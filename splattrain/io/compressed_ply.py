@@ -24,6 +24,7 @@ from .limits import require_finite
 from .ply import ANTIALIASED_COMMENT, PlyFile
 
 _CHUNK = 256
+_MIN_OPACITY = 1.0 / 255.0  # gsplat drops Gaussians at or below it
 _CHUNK_FIELDS = [f"{end}_{prefix}{axis}" for prefix in ("", "scale_") for end in ("min", "max") for axis in "xyz"]
 _VERTEX_FIELDS = ["packed_position", "packed_rotation", "packed_scale", "packed_color"]
 _MAX_LOGIT = 12.0
@@ -37,9 +38,13 @@ def add_header_comment(blob: bytes, comment: str) -> bytes:
 
 
 def encode_compressed_ply(params: Dict[str, Tensor], antialiased: bool = False) -> bytes:
-    """Compressed PLY bytes of raw Gaussian parameters (gsplat's ``export_splats``)."""
+    """Compressed PLY bytes of raw Gaussian parameters (gsplat's ``export_splats``); with no
+    Gaussian left (none, or all below gsplat's opacity cut) a valid file with empty elements."""
     from gsplat import export_splats
 
+    if not bool((torch.sigmoid(params["opacities"].detach().float()) > _MIN_OPACITY).any()):
+        blob = _empty_compressed_ply(params["shN"].shape[1] * 3)
+        return add_header_comment(blob, ANTIALIASED_COMMENT) if antialiased else blob
     with torch.no_grad():
         blob = export_splats(
             means=params["means"].detach().float().cpu(),
@@ -51,6 +56,15 @@ def encode_compressed_ply(params: Dict[str, Tensor], antialiased: bool = False) 
             format="ply_compressed",
         )
     return add_header_comment(blob, ANTIALIASED_COMMENT) if antialiased else blob
+
+
+def _empty_compressed_ply(num_rest: int) -> bytes:
+    """The header gsplat writes, for no Gaussians."""
+    lines = ["ply", "format binary_little_endian 1.0", "element chunk 0"]
+    lines += [f"property float {name}" for name in _CHUNK_FIELDS + [f"{end}_{c}" for end in ("min", "max") for c in "rgb"]]
+    lines += ["element vertex 0"] + [f"property uint {name}" for name in _VERTEX_FIELDS]
+    lines += ["element sh 0"] + [f"property uchar f_rest_{j}" for j in range(num_rest)]
+    return ("\n".join(lines + ["end_header"]) + "\n").encode("ascii")
 
 
 def write_compressed_ply(path: str | Path, params: Dict[str, Tensor], antialiased: bool = False) -> None:

@@ -130,6 +130,6 @@ def require_finite(params: Dict[str, Tensor], name: str) -> None:
     bad = torch.zeros(n, dtype=torch.bool)
     for value in params.values():
         if value.numel():
-            bad |= ~torch.isfinite(value.reshape(n, -1)).all(dim=1)
+            bad |= ~torch.isfinite(value.reshape(n, value.numel() // n)).all(dim=1)
     if bool(bad.any()):
         raise DataError(f"{name}: {int(bad.sum())} of {n} Gaussians hold NaN or infinite values")

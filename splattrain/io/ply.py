@@ -30,7 +30,7 @@ def gaussians_to_ply_array(params: Dict[str, Tensor]) -> np.ndarray:
     n = means.shape[0]
     sh0 = params["sh0"].detach().cpu().float().numpy().reshape(n, 3)
     shN = params["shN"].detach().cpu().float().numpy()  # [N, K-1, 3]
-    rest = shN.transpose(0, 2, 1).reshape(n, -1)
+    rest = shN.transpose(0, 2, 1).reshape(n, 3 * shN.shape[1])
     columns = [
         means,
         np.zeros((n, 3), np.float32),

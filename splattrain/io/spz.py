@@ -109,7 +109,7 @@ def encode_spz(params: Dict[str, Tensor], antialiased: bool = False) -> bytes:
     """The uncompressed SPZ payload (header + attribute streams) of raw Gaussian parameters."""
     means = params["means"].detach().cpu().float().numpy()
     n = means.shape[0]
-    shN = params["shN"].detach().cpu().float().numpy().reshape(n, -1, 3)
+    shN = params["shN"].detach().cpu().float().numpy().reshape(n, params["shN"].shape[1], 3)
     degree = int(round(math.sqrt(shN.shape[1] + 1))) - 1
     if _sh_dim(degree) != shN.shape[1] or degree > 3:
         raise DataError(f"SPZ: {shN.shape[1]} higher-order SH coefficients are not a whole degree <= 3")
