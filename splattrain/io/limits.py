@@ -62,26 +62,18 @@ def require_memory(what: str, needed: float) -> None:
         raise DataError(f"{what} needs about {gib(needed)} of memory, more than the {gib(free)} available")
 
 
-def require_held(name: str, count: int, what: str, needed: int, held: int) -> None:
-    """Refuse a declared ``count`` of ``what`` whose ``needed`` bytes exceed the ``held`` bytes
-    the file can hold (its size, or the most its compressed bytes can inflate to)."""
-    if count < 0 or needed > held:
-        raise DataError(f"{name}: declares {count} {what} ({needed} bytes), more than the file can hold ({held} bytes)")
-
-
 def gunzip_exact(raw: bytes, size_of, name: str, header_size: int) -> bytes:
     """Inflate the gzip ``raw`` to exactly ``size_of(header)`` bytes (``size_of`` reads the first
     ``header_size`` inflated bytes and returns the total the header declares, raising when the
-    header is invalid); refuses corrupt data, a short body and trailing bytes, and never inflates
-    more than the header declares."""
+    header is invalid, the total more than ``raw`` can inflate to or more than memory can hold);
+    refuses corrupt data, a short body and trailing bytes, and never inflates more than the
+    header declares."""
     inflater = zlib.decompressobj(wbits=31)
     try:
         header = inflater.decompress(raw, header_size)
         if len(header) < header_size:
             raise DataError(f"{name}: too short for its header ({len(header)} bytes after gunzip)")
-        total = size_of(header)
-        if total > len(raw) * MAX_DEFLATE_RATIO:
-            raise DataError(f"{name}: its header declares {total} bytes, more than its {len(raw)} gzip bytes can hold")
+        total = size_of(header)  # raises for a total more than MAX_DEFLATE_RATIO x len(raw)
         parts, have = [header], header_size
         while have < total:
             piece = inflater.decompress(inflater.unconsumed_tail, min(_CHUNK, total - have))

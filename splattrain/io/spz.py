@@ -29,7 +29,7 @@ from torch import Tensor
 
 from ..errors import DataError
 from .atomic import atomic_write_bytes
-from .limits import MAX_ZSTD_RATIO, gunzip_exact, require_finite, require_memory, unzstd_exact
+from .limits import MAX_DEFLATE_RATIO, MAX_ZSTD_RATIO, gunzip_exact, require_finite, require_memory, unzstd_exact
 
 MAGIC = 0x5053474E  # "NGSP"
 VERSION = 3
@@ -140,7 +140,7 @@ def write_spz(path: str | Path, params: Dict[str, Tensor], antialiased: bool = F
     atomic_write_bytes(path, lambda handle: handle.write(blob))
 
 
-def _v3_header(data: bytes, name: str) -> tuple:
+def _v3_header(data: bytes, name: str, held: int) -> tuple:
     """(count, degree, fractional bits, flags, total payload bytes) of a version 2 or 3 header."""
     if len(data) < _HEADER.size:
         raise DataError(f"{name}: too short for an SPZ header")
@@ -149,13 +149,13 @@ def _v3_header(data: bytes, name: str) -> tuple:
         raise DataError(f"{name}: not an SPZ file (bad magic)")
     if version not in (2, 3):
         raise DataError(f"{name}: SPZ version {version} in a gzip file is not supported (2 and 3 are)")
-    sizes = _stream_sizes(name, version, n, degree, frac_bits)
+    sizes = _stream_sizes(name, version, n, degree, frac_bits, held)
     return version, n, degree, frac_bits, flags, sizes
 
 
 def decode_spz(data: bytes, name: str = "SPZ data") -> SpzScene:
     """Raw parameters from an uncompressed (gunzipped) SPZ payload of version 2 or 3."""
-    version, n, degree, frac_bits, flags, sizes = _v3_header(data, name)
+    version, n, degree, frac_bits, flags, sizes = _v3_header(data, name, max(0, len(data) - _HEADER.size))
     expected = _HEADER.size + sum(sizes)
     if len(data) != expected:
         state = "truncated" if len(data) < expected else "has trailing bytes"
@@ -179,9 +179,7 @@ def decode_spz_v4(data: bytes, name: str = "SPZ data") -> SpzScene:
         import zstandard
     except ImportError:
         raise DataError(f"{name}: SPZ version 4 needs the 'zstandard' package (pip install zstandard)") from None
-    sizes = _stream_sizes(name, version, n, degree, frac_bits)
-    if sum(sizes) > len(data) * MAX_ZSTD_RATIO:
-        raise DataError(f"{name}: declares {n} Gaussians ({sum(sizes)} bytes), more than its {len(data)} bytes can hold")
+    sizes = _stream_sizes(name, version, n, degree, frac_bits, len(data) * MAX_ZSTD_RATIO)
     offset = toc + 16 * num_streams
     streams, decompressor = [], zstandard.ZstdDecompressor()
     for index in range(num_streams):
@@ -198,14 +196,17 @@ def decode_spz_v4(data: bytes, name: str = "SPZ data") -> SpzScene:
     return _decode_streams(streams, version, n, degree, frac_bits, flags)
 
 
-def _stream_sizes(name: str, version: int, n: int, degree: int, frac_bits: int) -> list:
+def _stream_sizes(name: str, version: int, n: int, degree: int, frac_bits: int, held: int) -> list:
     """Bytes of the positions, alphas, colours, scales, rotations and SH streams; refuses a
-    header the format does not allow and a count whose decoding cannot fit in memory."""
+    header the format does not allow, streams larger than the ``held`` bytes the file can hold
+    and a count whose decoding cannot fit in memory."""
     if degree > 3:
         raise DataError(f"{name}: SH degree {degree} is not supported (at most 3)")
     if frac_bits > 31:
         raise DataError(f"{name}: {frac_bits} fractional bits of fixed-point positions (at most 31)")
     sizes = [n * 9, n, n * 3, n * 3, n * (4 if version >= 3 else 3), n * _sh_dim(degree) * 3]
+    if sum(sizes) > held:
+        raise DataError(f"{name}: declares {n} Gaussians ({sum(sizes)} bytes), more than the file can hold ({held} bytes)")
     # the streams, the decoded float32 parameters and numpy's temporaries while decoding
     require_memory(f"{name}: {n} Gaussians", sum(sizes) + 4 * n * 4 * (14 + 3 * _sh_dim(degree)))
     return sizes
@@ -257,7 +258,7 @@ def read_spz(path: str | Path) -> SpzScene:
             raise DataError(f"{path}: not a gzip-compressed SPZ file")
 
         def size_of(header: bytes) -> int:
-            return _HEADER.size + sum(_v3_header(header, str(path))[-1])
+            return _HEADER.size + sum(_v3_header(header, str(path), len(raw) * MAX_DEFLATE_RATIO)[-1])
 
         scene = decode_spz(gunzip_exact(raw, size_of, str(path), _HEADER.size), str(path))
     require_finite(scene.params, str(path))
