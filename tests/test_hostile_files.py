@@ -256,9 +256,11 @@ def test_absolute_file_path_with_a_mask_folder(tmp_path):
     for frame in meta["frames"]:
         frame["file_path"] = str(elsewhere / Path(frame["file_path"]).name)
     path.write_text(json.dumps(meta))
-    (scene / "masks").mkdir()
-    for image in sorted(elsewhere.glob("*.png")) + sorted((scene / "test").glob("*.png")):
+    (scene / "masks" / "test").mkdir(parents=True)
+    for image in sorted(elsewhere.glob("*.png")):  # by file name
         Image.new("L", Image.open(image).size, 255).save(scene / "masks" / f"{image.name}.png")
+    for image in sorted((scene / "test").glob("*.png")):  # by path under the scene folder
+        Image.new("L", Image.open(image).size, 255).save(scene / "masks" / "test" / f"{image.name}.png")
     config = write_config(tmp_path / "cfg", tmp_path / "run")
     result = run_cli("fit", "--config", str(config), "--dry-run", f"data.path={scene}")
     assert result.returncode == 0, result.stderr
@@ -281,13 +283,13 @@ def test_focal_length_must_be_positive(tmp_path, value):
 @pytest.mark.parametrize("mode, value, fmt", [
     ("L", 128, "PNG"), ("LA", (128, 255), "PNG"), ("P", None, "PNG"), ("RGB", (128, 128, 128), "PNG"),
     ("RGBA", (128, 128, 128, 255), "PNG"), ("CMYK", (0, 0, 0, 127), "TIFF"), ("YCbCr", (128, 128, 128), "TIFF"),
-    ("LAB", (54, 128, 128), "TIFF"), ("I", 32896, "TIFF"), ("I;16", 32896, "PNG"), ("I;16B", 32896, "TIFF"),
+    ("LAB", (137, 128, 128), "TIFF"), ("I", 32896, "TIFF"), ("I;16", 32896, "PNG"), ("I;16B", 32896, "TIFF"),
     ("F", 0.5, "TIFF"), ("F", 32896.0, "TIFF"), ("1", 1, "PNG"), ("PA", None, "TIFF"), ("RGBX", (128, 128, 128, 0), "TIFF"),
 ])
 def test_every_pillow_mode_decodes_to_its_brightness(tmp_path, mode, value, fmt):
     """Mid-grey in each mode decodes to 8-bit RGB(A) near 128 (``1``: white, 255)."""
     if mode in ("P", "PA"):
-        image = Image.new("RGB", (4, 3), (128, 128, 128)).convert("P")
+        image = Image.new("RGB", (4, 3), (128, 128, 128)).convert("P", palette=Image.Palette.ADAPTIVE)
         image = image.convert("PA") if mode == "PA" else image
     else:
         image = Image.new(mode, (4, 3), value)
