@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict
 import pytest
 import torch
 
-from cli_check import assert_one_line_error, files_of, run_cli, trained, write_config  # noqa: F401
+from cli_check import assert_one_line_error, run_cli, trained, write_config  # noqa: F401
 from conftest import REPO
 from splattrain.checkpoint import load_checkpoint_file, save_checkpoint_file
 
