@@ -48,7 +48,7 @@ def _gaussians(n: int = 5, degree: int = 1) -> dict:
 
 def _init_from(tmp_path: Path, scene: Path, limit: int = 0) -> subprocess.CompletedProcess:
     """``fit --dry-run`` starting from ``scene`` (model.init.ply), optionally under an address-space limit."""
-    config = write_config(tmp_path / "cfg", tmp_path / "run", extra="")
+    config = write_config(tmp_path / "cfg", tmp_path / "run")
     args = ["fit", "--config", str(config), "--dry-run", f"model.init.ply={scene}", "model.sh_degree=3"]
     if not limit:
         return run_cli(*args)
@@ -206,7 +206,7 @@ def test_nerfstudio_point_cloud_with_a_bad_header_is_refused(tmp_path):
     transforms.write_text(json.dumps(meta))
     (scene / "points.ply").write_bytes(b"ply\nformat binary_little_endian 1.0\nelement vertex 2x\n"
                                        b"property float x\nend_header\n" + bytes(8))
-    config = write_config(tmp_path / "cfg", tmp_path / "run", extra=f"")
+    config = write_config(tmp_path / "cfg", tmp_path / "run")
     result = run_cli("fit", "--config", str(config), "--dry-run", f"data.path={scene}", "data.downscale=1")
     assert_one_line_error(result, str(scene / "points.ply"), "count '2x'")
 
