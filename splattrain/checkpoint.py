@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import re
+import zipfile
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
 
@@ -61,6 +62,34 @@ def _safe_load(source: Any, path: Path, what: str) -> Any:
         raise CheckpointError(f"checkpoint '{path}' is truncated or corrupted ({reason[:200]})") from None
 
 
+_MARKER = FORMAT.rsplit("/", 1)[0].encode("ascii")
+_HEADER_START = 1 << 12  # the format entry comes first in the header pickle
+
+
+def _check_zip(source: Any, size: int, path: Path, what: str, header: bool) -> None:
+    """Before torch materialises anything: a torch zip's members are stored uncompressed (as
+    torch writes them) and fit in its ``size`` bytes, so loading needs no more memory than the
+    file; the ``header`` pickle names the checkpoint format in its first bytes."""
+    try:
+        archive = zipfile.ZipFile(source)
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return  # not a zip: torch.load reports it
+    with archive:
+        members = archive.infolist()
+        for member in members:
+            if member.compress_type != zipfile.ZIP_STORED:
+                raise CheckpointError(f"checkpoint '{path}' {what} has a compressed member '{member.filename}' "
+                                      "(splattrain writes stored members only); it is not a splattrain checkpoint")
+        declared = sum(member.file_size for member in members)
+        if declared > size:
+            raise CheckpointError(f"checkpoint '{path}' {what} declares {declared} bytes in a {size}-byte file "
+                                  "(truncated or corrupted)")
+        if header:
+            pickles = [m for m in members if m.filename.endswith("/data.pkl")]
+            if len(pickles) != 1 or _MARKER not in archive.open(pickles[0]).read(_HEADER_START):
+                raise CheckpointError(f"'{path}' is not a splattrain checkpoint (no '{FORMAT}' header)")
+
+
 def load_checkpoint_file(path: str | Path) -> Dict[str, Any]:
     """Read a checkpoint written by :func:`save_checkpoint_file`, verifying its checksum.
 
@@ -71,6 +100,7 @@ def load_checkpoint_file(path: str | Path) -> Dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint '{path}' not found")
+    _check_zip(path, path.stat().st_size, path, "header", header=True)
     wrapper = _safe_load(path, path, "header")
     if not isinstance(wrapper, dict) or wrapper.get("format") not in READ_FORMATS:
         raise CheckpointError(f"'{path}' is not a splattrain checkpoint (no '{FORMAT}' header)")
@@ -79,6 +109,7 @@ def load_checkpoint_file(path: str | Path) -> Dict[str, Any]:
         payload = payload.numpy()  # hashed and read in place
     if not isinstance(payload, (bytes, np.ndarray)) or hashlib.sha256(payload).hexdigest() != wrapper.get("sha256"):
         raise CheckpointError(f"checkpoint '{path}' is corrupted (checksum mismatch)")
+    _check_zip(io.BytesIO(payload), len(payload), path, "payload", header=False)
     state = _safe_load(io.BytesIO(payload), path, "payload")
     if not isinstance(state, dict):
         raise CheckpointError(f"checkpoint '{path}' holds no state dict")

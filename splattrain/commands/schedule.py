@@ -16,22 +16,28 @@ from ..model.gaussians import degree_for_step
 from ..optim import GROUPS, build_schedules
 from ..strategy import build_strategy
 
-#: A named curve: one value per step 1..max_steps.
+#: A named curve: its values at the steps it was sampled at.
 Curve = Tuple[str, List[float]]
+#: Most steps a plotted curve is sampled at (a run of any length plots in the same time).
+PLOT_SAMPLES = 2000
 
 
-def schedule_curves(cfg: DictConfig) -> List[Curve]:
+def schedule_curves(cfg: DictConfig, steps: Optional[List[int]] = None) -> List[Curve]:
     """Learning rate of every scheduled group (means before its scene-scale factor), beta1 where
-    scheduled, and the active SH degree, at each training step."""
-    steps = int(cfg.trainer.max_steps)
+    scheduled, and the active SH degree, at ``steps`` (1-based; default every step up to
+    :data:`PLOT_SAMPLES` steps spread evenly over the run)."""
+    total = int(cfg.trainer.max_steps)
+    if steps is None:
+        count = min(total, PLOT_SAMPLES)
+        steps = sorted({1 + round((total - 1) * i / max(1, count - 1)) for i in range(count)})
     curves: List[Curve] = []
-    for name, schedule in build_schedules(cfg.optim, steps).items():
+    for name, schedule in build_schedules(cfg.optim, total).items():
         base = float(cfg.optim[f"{name}_lr"])
         label = f"{name} lr" + (" (x scene scale)" if name == "means" else "")
-        curves.append((label, [base * schedule.factor(t) for t in range(steps)]))
+        curves.append((label, [base * schedule.factor(t - 1) for t in steps]))
         if schedule.momentum(0) is not None:
-            curves.append((f"{name} beta1", [schedule.momentum(t) for t in range(steps)]))
-    degree = [float(degree_for_step(s, cfg.model.sh_degree_interval, cfg.model.sh_degree)) for s in range(1, steps + 1)]
+            curves.append((f"{name} beta1", [schedule.momentum(t - 1) for t in steps]))
+    degree = [float(degree_for_step(s, cfg.model.sh_degree_interval, cfg.model.sh_degree)) for s in steps]
     curves.append(("SH degree", degree))
     return curves
 
@@ -49,13 +55,14 @@ def _sample_steps(cfg: DictConfig) -> List[int]:
 
 def schedule_table(cfg: DictConfig) -> Tuple[List[str], List[List[str]]]:
     """Columns and rows (the values at :func:`_sample_steps`) of the schedule report."""
-    curves = schedule_curves(cfg)
-    rows = [[str(step)] + [f"{values[step - 1]:.4g}" for _, values in curves] for step in _sample_steps(cfg)]
+    steps = _sample_steps(cfg)
+    curves = schedule_curves(cfg, steps)
+    rows = [[str(step)] + [f"{values[index]:.4g}" for _, values in curves] for index, step in enumerate(steps)]
     return ["step"] + [label for label, _ in curves], rows
 
 
-def plot_schedules(curves: List[Curve], path: Path, width: int = 640, panel: int = 150) -> None:
-    """One panel per curve (linear axes, min and max marked), written as a PNG."""
+def plot_schedules(curves: List[Curve], path: Path, total: int, width: int = 640, panel: int = 150) -> None:
+    """One panel per curve (linear axes, min and max marked, steps 1..``total``), written as a PNG."""
     margin, gap = 70, 30
     image = Image.new("RGB", (width, gap + len(curves) * (panel + gap)), "white")
     draw = ImageDraw.Draw(image)
@@ -69,7 +76,7 @@ def plot_schedules(curves: List[Curve], path: Path, width: int = 640, panel: int
         draw.text((4, top), f"{high:.3g}", fill="black")
         draw.text((4, bottom - 12), f"{low:.3g}", fill="black")
         draw.text((left, bottom + 2), "1", fill="black")
-        draw.text((right - 40, bottom + 2), str(len(values)), fill="black")
+        draw.text((right - 40, bottom + 2), str(total), fill="black")
         stride = max(1, len(values) // (right - left))
         points = [
             (left + (right - left) * i / max(1, len(values) - 1), bottom - (panel - 8) * (v - low) / span - 4)
@@ -111,5 +118,5 @@ def show_schedule(cfg: DictConfig, console: Console, out: Optional[str | Path] =
     for line in strategy_lines(cfg):
         console.print(line)
     if out is not None:
-        plot_schedules(schedule_curves(cfg), Path(out))
+        plot_schedules(schedule_curves(cfg), Path(out), int(cfg.trainer.max_steps))
         console.print(f"plot -> {out}")

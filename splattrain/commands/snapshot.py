@@ -9,9 +9,9 @@ from typing import Any, Callable, Dict, Optional, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ..checkpoint import SCENE_KEYS, CheckpointError, checkpoint_target, load_checkpoint_file, require_keys
+from ..checkpoint import checkpoint_target, load_checkpoint_file
+from ..checkpoint_schema import check_scene
 from ..config.imports import import_user_modules
-from ..config.schema import SplatConfig
 from ..data.loading import load_scene
 from ..data.pipeline import DataPipeline
 from ..data.types import SceneData
@@ -102,11 +102,7 @@ def load_snapshot(target: str | Path, device: str = "auto", imports: Sequence[st
     run's config names in ``imports:`` (its code runs: only for runs one trusts)."""
     path = checkpoint_target(target)
     checkpoint = load_checkpoint_file(path)
-    require_keys(checkpoint, path, SCENE_KEYS, "render a scene")
-    try:
-        cfg = OmegaConf.merge(OmegaConf.structured(SplatConfig), checkpoint["config"])
-    except Exception as err:  # a config the schema rejects: the file is not one splattrain wrote
-        raise CheckpointError(f"checkpoint '{path}' holds an invalid config ({str(err).splitlines()[0]})") from None
+    cfg = check_scene(checkpoint, path)
     import_user_modules(list(imports))
     run_dir = path.parent.parent if path.parent.name == "ckpt" else path.parent
     if trust_config:

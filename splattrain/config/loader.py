@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+from .. import interrupts
 from ..errors import ConfigError
 from .plugins import check_plugin_sections
 from .schema import SplatConfig
 from .steps import apply_steps_scaling
-from .values import check_numbers
+from .values import check_numbers, check_step_counts
 
 _CHOICES = {
     "model.init.type": ("auto", "points", "random"),
@@ -30,13 +31,59 @@ def _describe(err: OmegaConfBaseException) -> str:
     return f"key '{key}': {message}" if key else message
 
 
+#: Values a config may expand to (aliases counted each time they are used), per byte of the file.
+EXPANSION_PER_BYTE = 20
+_MIN_EXPANSION = 100_000
+_SIGNAL_EVERY = 4096
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML's safe loader, acting on a stop signal every few thousand nodes (a large file parses
+    for a while)."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(stream)
+        self.nodes = 0
+
+    def compose_node(self, parent, index):
+        self.nodes += 1
+        if self.nodes % _SIGNAL_EVERY == 0:
+            interrupts.check()
+        return super().compose_node(parent, index)
+
+
+def _check_expansion(data: Any, path: Path, size: int) -> None:
+    """Refuse a document whose values, with every alias expanded, far outnumber its bytes (an
+    alias bomb would expand to gigabytes in the config tree); counted without expanding."""
+    limit = max(_MIN_EXPANSION, EXPANSION_PER_BYTE * size)
+    count, stack = 0, [data]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > limit:
+            raise ConfigError(
+                f"{path}: expands to more than {limit} values ({size} bytes with YAML aliases); "
+                "a config this large is refused (write the values out, or use fewer nested aliases)"
+            )
+        if count % _SIGNAL_EVERY == 0:
+            interrupts.check()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
 def _read_yaml(path: Path) -> DictConfig:
     if not path.is_file():
         raise ConfigError(f"config file '{path}' not found")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
     except UnicodeDecodeError as err:
         raise ConfigError(f"config file '{path}' is not UTF-8 text (byte {err.start}); is it a YAML file?") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid YAML: nested too deeply") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -46,7 +93,19 @@ def _read_yaml(path: Path) -> DictConfig:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections, not {type(data).__name__}")
+    _check_expansion(data, path, len(text.encode("utf-8")))
     return OmegaConf.create(data)
+
+
+def _check_interpolations(cfg: DictConfig, source: str) -> None:
+    """Refuse ``${...}`` interpolations that do not resolve (a loop, an unset ``oc.env`` variable,
+    a missing key), naming the key."""
+    try:
+        OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as err:
+        raise ConfigError(f"{source}: {_describe(err)}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: the ${{...}} interpolations refer to each other in a loop") from None
 
 
 def _parse_overrides(overrides: Sequence[str]) -> DictConfig:
@@ -71,7 +130,8 @@ def _merge(base: DictConfig, update: DictConfig, source: str) -> DictConfig:
         ) from None
 
 
-def _check_values(cfg: DictConfig, source: str) -> None:
+def check_values(cfg: DictConfig, source: str) -> None:
+    """Refuse missing required keys, unknown choices and out-of-range values (ConfigError naming ``source``)."""
     for key in ("name", "data.path"):
         try:
             OmegaConf.select(cfg, key, throw_on_missing=True)
@@ -88,8 +148,6 @@ def _check_values(cfg: DictConfig, source: str) -> None:
         if OmegaConf.select(cfg, key) < 0:
             raise ConfigError(f"{source}: key '{key}' must be >= 0, got {OmegaConf.select(cfg, key)}")
     check_numbers(cfg, source)
-    if len(cfg.data.background) != 3:
-        raise ConfigError(f"{source}: key 'data.background' must be 3 numbers (RGB in [0, 1])")
     for key in ("writers", "custom_hooks"):
         for spec in cfg[key]:
             if not isinstance(spec, DictConfig) or "type" not in spec:
@@ -116,13 +174,15 @@ def load_config(path: str | Path, overrides: Sequence[str] = (), check_plugins: 
     if overrides:
         cfg = _merge(cfg, _parse_overrides(overrides), f"{path} (command-line overrides)")
     source = f"{path}" + (" + overrides" if overrides else "")
-    _check_values(cfg, source)
+    _check_interpolations(cfg, source)
+    check_values(cfg, source)
     if check_plugins:
         try:
             check_plugin_sections(cfg, path.parent)
             apply_steps_scaling(cfg)
         except ConfigError as err:
             raise ConfigError(f"{source}: {err}") from None
+        check_step_counts(cfg, f"{source} (after trainer.steps_scaler)")
     if cfg.output_dir is None:
         cfg.output_dir = str(Path("outputs") / cfg.name)
     return cfg

@@ -11,6 +11,8 @@ from ..errors import ConfigError
 
 #: The highest SH degree every renderer supports.
 MAX_SH_DEGREE = 4
+#: The longest run (and the largest step-valued setting) a config may ask for.
+MAX_STEPS = 10_000_000
 
 
 def _number(value: Any) -> bool:
@@ -41,6 +43,38 @@ def check_numbers(cfg: DictConfig, source: str) -> None:
         refuse("model.sh_degree", cfg.model.sh_degree, f"at most {MAX_SH_DEGREE} (what the renderers support)")
     if cfg.model.init.num_points < 1:
         refuse("model.init.num_points", cfg.model.init.num_points, ">= 1")
+    init = cfg.model.init
+    if not (math.isfinite(init.opacity) and 0 < init.opacity < 1):
+        refuse("model.init.opacity", init.opacity, "in (0, 1) (an opacity; its logit is trained)")
+    for key in ("extent", "scale_factor"):
+        if not (math.isfinite(init[key]) and init[key] > 0):
+            refuse(f"model.init.{key}", init[key], "a finite number > 0")
+    background = list(cfg.data.background)
+    if len(background) != 3 or not all(_number(v) and math.isfinite(v) and 0 <= v <= 1 for v in background):
+        refuse("data.background", background, "3 numbers in [0, 1] (RGB)")
+    if not 0 <= cfg.seed < 2**63:
+        refuse("seed", cfg.seed, "in [0, 2^63)")
+    if not (math.isfinite(cfg.trainer.steps_scaler) and cfg.trainer.steps_scaler > 0):
+        refuse("trainer.steps_scaler", cfg.trainer.steps_scaler, "a finite number > 0")
+    check_step_counts(cfg, source)
     output_dir = OmegaConf.select(cfg, "output_dir")
     if output_dir is not None and not str(output_dir).strip():
         refuse("output_dir", output_dir, "a folder name (null for outputs/<name>)")
+
+
+def check_step_counts(cfg: DictConfig, source: str) -> None:
+    """Refuse a run longer than :data:`MAX_STEPS` and strategy periods (``*_every``) below 1 or
+    step settings beyond :data:`MAX_STEPS` (checked again after ``steps_scaler`` applies)."""
+    from .steps import strategy_step_options
+
+    if cfg.trainer.max_steps > MAX_STEPS:
+        raise ConfigError(f"{source}: key 'trainer.max_steps' must be at most {MAX_STEPS}, got {cfg.trainer.max_steps}")
+    try:
+        options = strategy_step_options(cfg)
+    except Exception:  # a strategy not registered yet (imports:) or a non-number: the plugin check names it
+        return
+    for name, value in options.items():
+        if name.endswith("_every") and value < 1:
+            raise ConfigError(f"{source}: key 'strategy.{name}' must be >= 1 (a period in steps), got {value}")
+        if value > MAX_STEPS:
+            raise ConfigError(f"{source}: key 'strategy.{name}' must be at most {MAX_STEPS}, got {value}")

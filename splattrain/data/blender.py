@@ -67,10 +67,17 @@ def _split_views(json_path: Path, masks: Optional[Path]) -> list[ViewSpec]:
             size=size,
             where=f"frame {index} of {json_path}",
             size_source=f"the split's first image {paths[0].name}",
-            mask_path=mask_file(masks, image_path.relative_to(json_path.parent).as_posix()) if masks else None,
+            mask_path=mask_file(masks, _mask_name(image_path, json_path)) if masks else None,
         )
         for index, (raw, image_path) in enumerate(zip(raw_frames, paths))
     ]
+
+
+def _mask_name(image_path: Path, json_path: Path) -> str:
+    """The mask of an image under the JSON file's folder keeps its relative path; any other (an
+    absolute ``file_path``) is looked up by its file name."""
+    folder = json_path.parent
+    return image_path.relative_to(folder).as_posix() if image_path.is_relative_to(folder) else image_path.name
 
 
 def _intrinsics(meta: dict[str, Any], width: int, height: int, json_path: Path) -> np.ndarray:

@@ -208,6 +208,18 @@ class _BinaryFile:
         self.offset += size
         return values
 
+    def count(self, record_size: int, what: str) -> int:
+        """A uint64 count of records of at least ``record_size`` bytes, refused before anything is
+        allocated when the rest of the file cannot hold that many."""
+        (count,) = self.read("<Q", f"the {what} count")
+        left = len(self.data) - self.offset
+        if count * record_size > left:
+            raise DataError(
+                f"{self.path}: declares {count} {what}s, more than its {left} remaining bytes can hold "
+                "(truncated or not a COLMAP binary file); re-export the model"
+            )
+        return count
+
     def skip(self, size: int, what: str) -> None:
         if self.offset + size > len(self.data):
             raise DataError(f"{self.path}: file ends inside {what} (truncated); re-export the model")
@@ -242,7 +254,7 @@ def _add_camera(cameras: dict[int, ColmapCamera], camera: ColmapCamera, path: Pa
 
 def _read_cameras_binary(path: Path) -> dict[int, ColmapCamera]:
     f = _BinaryFile(path)
-    (count,) = f.read("<Q", "the camera count")
+    count = f.count(struct.calcsize("<IiQQ"), "camera")
     cameras: dict[int, ColmapCamera] = {}
     for index in range(count):
         camera_id, model_id, width, height = f.read("<IiQQ", f"camera #{index + 1}")
@@ -259,7 +271,7 @@ def _read_cameras_binary(path: Path) -> dict[int, ColmapCamera]:
 
 def _read_images_binary(path: Path) -> list[ColmapImage]:
     f = _BinaryFile(path)
-    (count,) = f.read("<Q", "the image count")
+    count = f.count(struct.calcsize("<I4d3dI") + 1 + 8, "image")
     images = []
     for index in range(count):
         image_id, qw, qx, qy, qz, tx, ty, tz, camera_id = f.read("<I4d3dI", f"image #{index + 1}")
@@ -273,7 +285,7 @@ def _read_images_binary(path: Path) -> list[ColmapImage]:
 
 def _read_points_binary(path: Path) -> tuple[np.ndarray, np.ndarray]:
     f = _BinaryFile(path)
-    (count,) = f.read("<Q", "the point count")
+    count = f.count(struct.calcsize("<Q3d3BdQ"), "point")
     xyz = np.empty((count, 3))
     rgb = np.empty((count, 3), dtype=np.uint8)
     for index in range(count):

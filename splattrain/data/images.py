@@ -23,6 +23,10 @@ _IF_MISSING = {
 }
 
 
+#: Modes with an alpha channel (LAB's "A" is a colour axis).
+_ALPHA_MODES = ("RGBA", "RGBa", "LA", "La", "PA")
+
+
 @contextmanager
 def _opened(path: Path, what: str, kind: str = "image") -> Iterator[Image.Image]:
     """``Image.open(path)``, with a missing or undecodable file turned into a DataError.
@@ -45,8 +49,10 @@ def read_image(path: Path, what: str = "") -> np.ndarray:
         image.load()
         if image.mode.startswith("I"):  # 16-bit (or 32-bit integer) grey: Pillow would clip it to {0, 255}
             return _wide_grey_to_rgb(image)
+        if image.mode == "F":  # 32-bit float grey: Pillow would clip it too
+            return _float_grey_to_rgb(image, path, what)
         if image.mode not in ("RGB", "RGBA"):
-            has_alpha = "A" in image.mode or "transparency" in image.info
+            has_alpha = image.mode in _ALPHA_MODES or "transparency" in image.info
             image = image.convert("RGBA" if has_alpha else "RGB")
         return np.asarray(image)
 
@@ -55,6 +61,19 @@ def _wide_grey_to_rgb(image: Image.Image) -> np.ndarray:
     """A 16-bit grey image (modes I;16*, I) scaled to uint8 RGB: 65535 -> 255."""
     values = np.asarray(image).astype(np.float64)
     scaled = np.clip(np.rint(values / 257.0), 0, 255).astype(np.uint8)
+    return np.repeat(scaled[..., None], 3, axis=2)
+
+
+def _float_grey_to_rgb(image: Image.Image, path: Path, what: str) -> np.ndarray:
+    """A 32-bit float grey image scaled to uint8 RGB: values in [0, 1] (the float convention) map
+    1.0 -> 255; larger ones are 16-bit levels, scaled as 16-bit images are (65535 -> 255)."""
+    values = np.asarray(image).astype(np.float64)
+    context = f" ({what})" if what else ""
+    if not np.isfinite(values).all() or values.min(initial=0.0) < 0 or values.max(initial=0.0) > 65535:
+        raise DataError(f"{path}: a 32-bit float image with values outside [0, 1] and [0, 65535] or NaN{context}; "
+                        "convert it to an 8- or 16-bit image")
+    scale = 255.0 if values.max(initial=0.0) <= 1.0 else 1.0 / 257.0
+    scaled = np.clip(np.rint(values * scale), 0, 255).astype(np.uint8)
     return np.repeat(scaled[..., None], 3, axis=2)
 
 

@@ -51,11 +51,16 @@ def frame_list(meta: dict[str, Any], json_path: Path) -> list[dict[str, Any]]:
 
 
 def number(mapping: dict[str, Any], key: str, json_path: Path, where: str = "") -> float:
-    """A finite number stored under ``key``."""
+    """A finite number stored under ``key`` (one > 0 for focal lengths ``fl_x`` / ``fl_y`` and sizes ``w`` / ``h``)."""
     value = mapping[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise DataError(f"{json_path}: {where}'{key}' must be a finite number, got {value!r}")
+    if key in _POSITIVE and not value > 0:
+        raise DataError(f"{json_path}: {where}'{key}' must be > 0, got {value!r}")
     return float(value)
+
+
+_POSITIVE = ("fl_x", "fl_y", "w", "h")
 
 
 def focal_from_angle(mapping: dict[str, Any], key: str, size: int, json_path: Path) -> float:

@@ -13,6 +13,7 @@ import torch
 
 from ..cameras import Camera
 from ..errors import DataError
+from ..io.limits import require_memory
 from .distortion import Distortion, Undistorter
 from .images import parallel_map, read_image, read_mask, resize_image, resize_mask, scaled_size
 from .types import Frame
@@ -64,12 +65,21 @@ class _UndistorterCache:
 
 def load_views(specs: Sequence[ViewSpec], downscale: float, workers: int,
                budget_bytes: Optional[int] = None) -> list[Frame]:
-    """Decode every view on ``workers`` threads into frames shrunk by ``downscale`` and undistorted.
+    """Decode every view on ``workers`` threads into frames shrunk by ``downscale`` and undistorted;
+    refuses (one line, with the estimate) views whose decoded images cannot fit in memory.
 
     With ``budget_bytes``, the images are kept (uint8) while their sizes add up to at most the
     budget; each later view is decoded once here (so a bad file stops the load, not the run)
     and then only when it is used (:meth:`Frame.pixels`).
     """
+    sizes = [scaled_size(*spec.size, downscale) for spec in specs]
+    if sizes:
+        width, height = max(sizes, key=lambda size: size[0] * size[1])
+        held = sum(w * h for w, h in sizes) * 4
+        if budget_bytes is not None:
+            held = min(held, budget_bytes + width * height * 4)
+        require_memory(f"data.downscale={downscale:g}: {len(sizes)} images of up to {width}x{height} pixels",
+                       held + width * height * 4 * 3 * max(1, workers))
     cache = _UndistorterCache()
     kept = _views_within(specs, downscale, budget_bytes)
 

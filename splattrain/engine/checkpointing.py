@@ -12,6 +12,7 @@ from .. import __version__
 from ..checkpoint import (
     RESUME_KEYS, CheckpointError, config_changes, find_resume_checkpoint, load_checkpoint_file, require_keys,
 )
+from ..checkpoint_schema import check_resume, check_scene
 from ..optim import build_optimizers, build_schedulers
 from .setup import rng_states, set_rng_states
 
@@ -55,9 +56,11 @@ def read_checkpoint(trainer: "DefaultTrainer", source: str | Path) -> Tuple[Path
     if "optimizers" not in checkpoint:
         raise CheckpointError(f"'{path}' is a published checkpoint without training state; it cannot be resumed")
     require_keys(checkpoint, path, RESUME_KEYS, "resume a run")
+    check_scene(checkpoint, path)
     incompatible, _ = config_changes(checkpoint["config"], OmegaConf.to_container(trainer.cfg, resolve=True))
     if incompatible:
         raise CheckpointError(f"cannot resume from '{path}', the config changes: " + "; ".join(incompatible))
+    check_resume(checkpoint, path, trainer)
     return path, checkpoint
 
 
@@ -95,7 +98,11 @@ def restore_checkpoint(trainer: "DefaultTrainer", source: str | Path | Tuple[Pat
     states = checkpoint.get("hooks", {})
     for hook in trainer.hooks.hooks:
         if hook.state_key in states:
-            hook.load_state_dict(states[hook.state_key])
+            try:
+                hook.load_state_dict(states[hook.state_key])
+            except (KeyError, TypeError, ValueError, IndexError) as err:
+                raise CheckpointError(f"checkpoint '{path}': the state of hook {hook.state_key!r} does not fit "
+                                      f"it ({type(err).__name__}: {err})") from None
     trainer.console.info(f"resumed from {path} at step {trainer.step}")
     return checkpoint
 

@@ -9,9 +9,13 @@ import torch
 from ..cameras import Camera
 from ..data.pipeline import focus_point
 from ..data.types import SceneData
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
 from ..io.gaussians_file import read_gaussians_file
+from ..io.limits import require_memory
 from ..model.gaussians import GaussianModel
+
+
+_KNN_CHUNK = 1024  # rows of the distance block mean_knn_distance computes at once
 
 
 def build_model(cfg, scene: SceneData, train_cameras: List[Camera], info: Callable[[str], None]) -> GaussianModel:
@@ -24,6 +28,7 @@ def build_model(cfg, scene: SceneData, train_cameras: List[Camera], info: Callab
     if use_points:
         if scene.points is None:
             raise ConfigError(f"model.init.type is 'points' but {cfg.data.path} has no sparse points")
+        require_init_memory(len(scene.points), cfg.model.sh_degree, f"the {len(scene.points)} sparse points of {cfg.data.path}")
         return GaussianModel.from_points(
             torch.from_numpy(scene.points),
             torch.from_numpy(scene.point_colors).float() / 255.0,
@@ -32,6 +37,7 @@ def build_model(cfg, scene: SceneData, train_cameras: List[Camera], info: Callab
             scale_factor=init.scale_factor,
             generator=generator,
         )
+    require_init_memory(init.num_points, cfg.model.sh_degree, f"model.init.num_points={init.num_points}")
     return GaussianModel.random(
         init.num_points,
         focus_point(train_cameras),
@@ -43,6 +49,18 @@ def build_model(cfg, scene: SceneData, train_cameras: List[Camera], info: Callab
     )
 
 
+def require_init_memory(count: int, sh_degree: int, what: str) -> None:
+    """Refuse (one line, with the estimate) a start of ``count`` Gaussians whose training state
+    (parameters, gradients, Adam moments and densification's copies) or nearest-neighbour scale
+    estimate (a block of 1024 x ``count`` distances) cannot fit in memory."""
+    floats = 3 + 3 + 4 + 1 + 3 * (sh_degree + 1) ** 2
+    needed = count * floats * 4 * 7 + min(count, _KNN_CHUNK) * count * 4 * 3
+    try:
+        require_memory(what, needed)
+    except DataError as err:
+        raise ConfigError(str(err)) from None
+
+
 def _model_from_ply(init, wanted: int, info: Callable[[str], None]) -> GaussianModel:
     if init.type != "auto":
         raise ConfigError(f"model.init.ply is set, so model.init.type must be 'auto', not {init.type!r}")
@@ -50,6 +68,8 @@ def _model_from_ply(init, wanted: int, info: Callable[[str], None]) -> GaussianM
     if degree > wanted:
         raise ConfigError(f"model.init.ply '{init.ply}' has SH degree {degree}; set model.sh_degree={degree}")
     n = params["means"].shape[0]
+    if n == 0:
+        raise ConfigError(f"model.init.ply '{init.ply}' holds no Gaussians; there is nothing to train")
     pad = torch.zeros(n, (wanted + 1) ** 2 - (degree + 1) ** 2, 3)
     params["shN"] = torch.cat([params["shN"], pad], dim=1)
     info(f"initialised {n} Gaussians from {init.ply}")

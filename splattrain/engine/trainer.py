@@ -13,6 +13,7 @@ from .. import interrupts
 from ..checkpoint import save_checkpoint_file
 from ..config.imports import import_user_modules
 from ..console import Console
+from ..errors import UserError
 from ..distributed import DistContext, RankConsole
 from ..hooks.auto_checkpoint import RunInterrupted
 from ..hooks.base import Hook
@@ -257,8 +258,10 @@ class DefaultTrainer:
                 self.call_hook("before_optimizer_step", step, outputs)
                 step_optimizers(self.optimizers, infos)
                 self.strategy.post_backward(self.model.params, self.optimizers, self.strategy_state, step, infos)
+                self._check_not_empty(step)
             else:  # the 3DGS order
                 self.strategy.post_backward(self.model.params, self.optimizers, self.strategy_state, step, infos)
+                self._check_not_empty(step)
                 self.call_hook("before_optimizer_step", step, outputs)
                 step_optimizers(self.optimizers, infos)
         clear_grads(self.optimizers)
@@ -268,6 +271,11 @@ class DefaultTrainer:
         self.completed_step = step  # the state is now step ``step``'s, whatever a hook does next
         self.call_hook("after_train_iter", step, batch, outputs)
         return outputs
+
+    def _check_not_empty(self, step: int) -> None:
+        if self.model.num_gaussians == 0:
+            raise UserError(f"step {step}: strategy {self.cfg.strategy.get('type', 'default')!r} pruned every "
+                            "Gaussian, nothing is left to train; relax its pruning settings (strategy.prune_opa)")
 
     def _validation_due(self, step: int) -> bool:
         interval = self.step_settings.val_interval

@@ -20,9 +20,13 @@ from torch import Tensor
 from ..errors import DataError
 from ..model.gaussians import SH_C0
 from .atomic import atomic_write_bytes
+from .limits import require_finite
 from .ply import ANTIALIASED_COMMENT, PlyFile
 
 _CHUNK = 256
+_MIN_OPACITY = 1.0 / 255.0  # gsplat drops Gaussians at or below it
+_CHUNK_FIELDS = [f"{end}_{prefix}{axis}" for prefix in ("", "scale_") for end in ("min", "max") for axis in "xyz"]
+_VERTEX_FIELDS = ["packed_position", "packed_rotation", "packed_scale", "packed_color"]
 _MAX_LOGIT = 12.0
 
 
@@ -34,9 +38,13 @@ def add_header_comment(blob: bytes, comment: str) -> bytes:
 
 
 def encode_compressed_ply(params: Dict[str, Tensor], antialiased: bool = False) -> bytes:
-    """Compressed PLY bytes of raw Gaussian parameters (gsplat's ``export_splats``)."""
+    """Compressed PLY bytes of raw Gaussian parameters (gsplat's ``export_splats``); with no
+    Gaussian left (none, or all below gsplat's opacity cut) a valid file with empty elements."""
     from gsplat import export_splats
 
+    if not bool((torch.sigmoid(params["opacities"].detach().float()) > _MIN_OPACITY).any()):
+        blob = _empty_compressed_ply(params["shN"].shape[1] * 3)
+        return add_header_comment(blob, ANTIALIASED_COMMENT) if antialiased else blob
     with torch.no_grad():
         blob = export_splats(
             means=params["means"].detach().float().cpu(),
@@ -48,6 +56,15 @@ def encode_compressed_ply(params: Dict[str, Tensor], antialiased: bool = False) 
             format="ply_compressed",
         )
     return add_header_comment(blob, ANTIALIASED_COMMENT) if antialiased else blob
+
+
+def _empty_compressed_ply(num_rest: int) -> bytes:
+    """The header gsplat writes, for no Gaussians."""
+    lines = ["ply", "format binary_little_endian 1.0", "element chunk 0"]
+    lines += [f"property float {name}" for name in _CHUNK_FIELDS + [f"{end}_{c}" for end in ("min", "max") for c in "rgb"]]
+    lines += ["element vertex 0"] + [f"property uint {name}" for name in _VERTEX_FIELDS]
+    lines += ["element sh 0"] + [f"property uchar f_rest_{j}" for j in range(num_rest)]
+    return ("\n".join(lines + ["end_header"]) + "\n").encode("ascii")
 
 
 def write_compressed_ply(path: str | Path, params: Dict[str, Tensor], antialiased: bool = False) -> None:
@@ -89,7 +106,17 @@ def _unpack_rotation(value: np.ndarray) -> np.ndarray:
 def compressed_ply_to_gaussians(ply: PlyFile, name: str) -> Tuple[Dict[str, Tensor], int]:
     """Raw parameters and SH degree from a parsed compressed PLY."""
     chunks, vertex = ply.elements["chunk"], ply.elements["vertex"]
+    sh = ply.elements.get("sh")
+    n_rest = len(sh.dtype.names) if sh is not None else 0
+    wanted = [("chunk", chunks, _CHUNK_FIELDS), ("vertex", vertex, _VERTEX_FIELDS),
+              ("sh", sh, [f"f_rest_{j}" for j in range(n_rest)])]
+    for element, array, fields in wanted:
+        missing = [field for field in fields if field not in (array.dtype.names or ())]
+        if missing:
+            raise DataError(f"{name}: a compressed PLY whose '{element}' lacks {', '.join(missing)}")
     n = len(vertex)
+    if sh is not None and len(sh) != n:
+        raise DataError(f"{name}: {len(sh)} SH rows for {n} Gaussians")
     if len(chunks) * _CHUNK < n:
         raise DataError(f"{name}: {len(chunks)} chunks cannot hold {n} Gaussians")
     index = np.arange(n) // _CHUNK
@@ -113,8 +140,6 @@ def compressed_ply_to_gaussians(ply: PlyFile, name: str) -> Tuple[Dict[str, Tens
     alpha = np.clip(rgba[:, 3].astype(np.float64), 1e-12, 1.0 - 1e-12)
     opacities = np.clip(np.log(alpha / (1.0 - alpha)), -_MAX_LOGIT, _MAX_LOGIT)
     quats = _unpack_rotation(vertex["packed_rotation"])
-    sh = ply.elements.get("sh")
-    n_rest = len(sh.dtype.names) if sh is not None else 0
     degree = int(round(math.sqrt(n_rest // 3 + 1))) - 1
     if n_rest % 3 or (degree + 1) ** 2 - 1 != n_rest // 3:
         raise DataError(f"{name}: {n_rest} SH bytes per Gaussian do not make a whole SH degree")
@@ -133,4 +158,5 @@ def compressed_ply_to_gaussians(ply: PlyFile, name: str) -> Tuple[Dict[str, Tens
         "sh0": torch.from_numpy(((rgb - 0.5) / SH_C0).astype(np.float32)).reshape(n, 1, 3),
         "shN": torch.from_numpy(np.ascontiguousarray(rest, np.float32)),
     }
+    require_finite(params, name)
     return params, degree

@@ -9,6 +9,7 @@ import numpy as np
 from torch import Tensor
 
 from .atomic import atomic_write_bytes
+from .limits import require_finite
 
 
 def ply_property_names(num_rest: int) -> list[str]:
@@ -29,7 +30,7 @@ def gaussians_to_ply_array(params: Dict[str, Tensor]) -> np.ndarray:
     n = means.shape[0]
     sh0 = params["sh0"].detach().cpu().float().numpy().reshape(n, 3)
     shN = params["shN"].detach().cpu().float().numpy()  # [N, K-1, 3]
-    rest = shN.transpose(0, 2, 1).reshape(n, -1)
+    rest = shN.transpose(0, 2, 1).reshape(n, 3 * shN.shape[1])
     columns = [
         means,
         np.zeros((n, 3), np.float32),
@@ -108,23 +109,45 @@ def read_ply(path: str | Path) -> PlyFile:
         parts = line.split()
         if parts[:1] == ["comment"]:
             comments.append(line[len("comment") :].strip())
-        elif parts[:1] == ["element"] and len(parts) == 3:
-            layout.append((parts[1], int(parts[2]), []))
+        elif parts[:1] == ["element"]:
+            layout.append((_element_name(parts, path), _element_count(parts, path), []))
         elif parts[:1] == ["property"] and layout:
-            if parts[1] == "list" or parts[1] not in _PLY_TYPES:
-                raise DataError(f"{path}: unsupported property '{line.strip()}' in element '{layout[-1][0]}'")
-            layout[-1][2].append((parts[2], "<" + _PLY_TYPES[parts[1]]))
+            element, _, fields = layout[-1]
+            if len(parts) != 3 or parts[1] == "list" or parts[1] not in _PLY_TYPES:
+                raise DataError(f"{path}: unsupported property '{line.strip()}' in element '{element}'")
+            if any(name == parts[2] for name, _ in fields):
+                raise DataError(f"{path}: element '{element}' has property '{parts[2]}' twice")
+            fields.append((parts[2], "<" + _PLY_TYPES[parts[1]]))
+    if len({name for name, _, _ in layout}) != len(layout):
+        raise DataError(f"{path}: an element is declared twice")
     elements: Dict[str, np.ndarray] = {}
     offset = end + len(b"end_header\n")
     for name, count, fields in layout:
         dtype = np.dtype(fields)
         if len(raw) - offset < count * dtype.itemsize:
             raise DataError(
-                f"{path}: truncated ({len(raw) - offset} bytes of '{name}' data, {count * dtype.itemsize} expected)"
+                f"{path}: truncated or declares too many '{name}' ({count} x {dtype.itemsize} bytes, "
+                f"{len(raw) - offset} left)"
             )
         elements[name] = np.frombuffer(raw, dtype=dtype, count=count, offset=offset)
         offset += count * dtype.itemsize
     return PlyFile(elements, comments)
+
+
+def _element_name(parts: list[str], path: Path) -> str:
+    from ..errors import DataError
+
+    if len(parts) != 3:
+        raise DataError(f"{path}: header line '{' '.join(parts)}' is not 'element <name> <count>'")
+    return parts[1]
+
+
+def _element_count(parts: list[str], path: Path) -> int:
+    from ..errors import DataError
+
+    if not (parts[2].isascii() and parts[2].isdigit()):
+        raise DataError(f"{path}: element '{parts[1]}' has count '{parts[2]}', not a whole number >= 0")
+    return int(parts[2])
 
 
 def read_ply_vertices(path: str | Path) -> np.ndarray:
@@ -155,6 +178,9 @@ def vertices_to_gaussians(vertices: np.ndarray, path: str | Path) -> tuple[Dict[
     if missing:
         raise DataError(f"{path}: not a 3DGS PLY, missing properties {', '.join(missing)}")
     n_rest = sum(1 for name in names if name.startswith("f_rest_"))
+    gaps = [f"f_rest_{i}" for i in range(n_rest) if f"f_rest_{i}" not in names]
+    if gaps:
+        raise DataError(f"{path}: {n_rest} f_rest properties but not f_rest_0..f_rest_{n_rest - 1} ({gaps[0]} is missing)")
     degree = int(round(((n_rest // 3) + 1) ** 0.5)) - 1
     if n_rest % 3 or (degree + 1) ** 2 - 1 != n_rest // 3:
         raise DataError(f"{path}: {n_rest} f_rest properties do not make a whole SH degree")
@@ -172,9 +198,5 @@ def vertices_to_gaussians(vertices: np.ndarray, path: str | Path) -> tuple[Dict[
         "sh0": stack(["f_dc_0", "f_dc_1", "f_dc_2"]).reshape(n, 1, 3),
         "shN": rest.reshape(n, 3, n_rest // 3).transpose(1, 2).contiguous(),
     }
-    bad = torch.zeros(n, dtype=torch.bool)
-    for value in params.values():
-        bad |= ~torch.isfinite(value.reshape(n, -1)).all(dim=1)
-    if bool(bad.any()):
-        raise DataError(f"{path}: {int(bad.sum())} of {n} Gaussians hold NaN or infinite values")
+    require_finite(params, str(path))
     return params, degree

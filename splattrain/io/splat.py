@@ -11,6 +11,7 @@ from torch import Tensor
 
 from ..model.gaussians import SH_C0
 from .atomic import atomic_write_bytes
+from .limits import require_finite
 
 
 def gaussians_to_splat_bytes(params: Dict[str, Tensor]) -> bytes:
@@ -60,7 +61,7 @@ def read_splat(path: str | Path) -> Dict[str, Tensor]:
     rgba = record["rgba"].astype(np.float32) / 255.0
     alpha = np.clip(rgba[:, 3].astype(np.float64), 1e-12, 1.0 - 1e-12)
     quats = (record["rot"].astype(np.float32) - 128.0) / 128.0
-    return {
+    params = {
         "means": torch.from_numpy(record["pos"].astype(np.float32)),
         "scales": torch.from_numpy(np.log(np.maximum(record["scale"], 1e-30)).astype(np.float32)),
         "quats": torch.from_numpy(quats),
@@ -68,3 +69,5 @@ def read_splat(path: str | Path) -> Dict[str, Tensor]:
         "sh0": torch.from_numpy(((rgba[:, :3] - 0.5) / SH_C0).astype(np.float32)).reshape(n, 1, 3),
         "shN": torch.zeros(n, 0, 3),
     }
+    require_finite(params, str(path))
+    return params

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from ..errors import DataError
 from .atomic import atomic_write_bytes
+from .limits import MAX_DEFLATE_RATIO, MAX_ZSTD_RATIO, gunzip_exact, require_finite, require_memory, unzstd_exact
 
 MAGIC = 0x5053474E  # "NGSP"
 VERSION = 3
@@ -108,7 +109,7 @@ def encode_spz(params: Dict[str, Tensor], antialiased: bool = False) -> bytes:
     """The uncompressed SPZ payload (header + attribute streams) of raw Gaussian parameters."""
     means = params["means"].detach().cpu().float().numpy()
     n = means.shape[0]
-    shN = params["shN"].detach().cpu().float().numpy().reshape(n, -1, 3)
+    shN = params["shN"].detach().cpu().float().numpy().reshape(n, params["shN"].shape[1], 3)
     degree = int(round(math.sqrt(shN.shape[1] + 1))) - 1
     if _sh_dim(degree) != shN.shape[1] or degree > 3:
         raise DataError(f"SPZ: {shN.shape[1]} higher-order SH coefficients are not a whole degree <= 3")
@@ -139,8 +140,8 @@ def write_spz(path: str | Path, params: Dict[str, Tensor], antialiased: bool = F
     atomic_write_bytes(path, lambda handle: handle.write(blob))
 
 
-def decode_spz(data: bytes, name: str = "SPZ data") -> SpzScene:
-    """Raw parameters from an uncompressed (gunzipped) SPZ payload of version 2 or 3."""
+def _v3_header(data: bytes, name: str, held: int) -> tuple:
+    """(count, degree, fractional bits, flags, total payload bytes) of a version 2 or 3 header."""
     if len(data) < _HEADER.size:
         raise DataError(f"{name}: too short for an SPZ header")
     magic, version, n, degree, frac_bits, flags, _ = _HEADER.unpack_from(data)
@@ -148,9 +149,17 @@ def decode_spz(data: bytes, name: str = "SPZ data") -> SpzScene:
         raise DataError(f"{name}: not an SPZ file (bad magic)")
     if version not in (2, 3):
         raise DataError(f"{name}: SPZ version {version} in a gzip file is not supported (2 and 3 are)")
-    sizes = _stream_sizes(name, version, n, degree)
-    if len(data) < _HEADER.size + sum(sizes):
-        raise DataError(f"{name}: truncated ({len(data)} bytes, {_HEADER.size + sum(sizes)} expected)")
+    sizes = _stream_sizes(name, version, n, degree, frac_bits, held)
+    return version, n, degree, frac_bits, flags, sizes
+
+
+def decode_spz(data: bytes, name: str = "SPZ data") -> SpzScene:
+    """Raw parameters from an uncompressed (gunzipped) SPZ payload of version 2 or 3."""
+    version, n, degree, frac_bits, flags, sizes = _v3_header(data, name, max(0, len(data) - _HEADER.size))
+    expected = _HEADER.size + sum(sizes)
+    if len(data) != expected:
+        state = "truncated" if len(data) < expected else "has trailing bytes"
+        raise DataError(f"{name}: {state} ({len(data)} bytes, {expected} expected for {n} Gaussians)")
     offsets = np.cumsum([_HEADER.size] + sizes)
     streams = [data[offsets[i] : offsets[i + 1]] for i in range(6)]
     return _decode_streams(streams, version, n, degree, frac_bits, flags)
@@ -170,26 +179,37 @@ def decode_spz_v4(data: bytes, name: str = "SPZ data") -> SpzScene:
         import zstandard
     except ImportError:
         raise DataError(f"{name}: SPZ version 4 needs the 'zstandard' package (pip install zstandard)") from None
-    sizes = _stream_sizes(name, version, n, degree)
+    sizes = _stream_sizes(name, version, n, degree, frac_bits, len(data) * MAX_ZSTD_RATIO)
     offset = toc + 16 * num_streams
     streams, decompressor = [], zstandard.ZstdDecompressor()
-    for index in range(6):
+    for index in range(num_streams):
         packed, unpacked = struct.unpack_from("<QQ", data, toc + 16 * index)
-        if unpacked != sizes[index] or offset + packed > len(data):
-            raise DataError(f"{name}: SPZ stream {index} is {unpacked} bytes, {sizes[index]} expected, or truncated")
-        try:
-            streams.append(decompressor.decompress(data[offset : offset + packed], max_output_size=unpacked))
-        except zstandard.ZstdError as err:
-            raise DataError(f"{name}: SPZ stream {index} does not decompress ({err})") from None
+        if (index < 6 and unpacked != sizes[index]) or offset + packed > len(data):
+            expected = f", {sizes[index]} expected" if index < 6 else ""
+            raise DataError(f"{name}: SPZ stream {index} is {unpacked} bytes{expected}, or truncated")
+        if index < 6:
+            streams.append(unzstd_exact(decompressor, data[offset : offset + packed], unpacked,
+                                        f"{name}: SPZ stream {index}"))
         offset += packed
+    if offset != len(data):
+        raise DataError(f"{name}: {len(data) - offset} trailing bytes after its {num_streams} SPZ streams")
     return _decode_streams(streams, version, n, degree, frac_bits, flags)
 
 
-def _stream_sizes(name: str, version: int, n: int, degree: int) -> list:
-    """Bytes of the positions, alphas, colours, scales, rotations and SH streams."""
+def _stream_sizes(name: str, version: int, n: int, degree: int, frac_bits: int, held: int) -> list:
+    """Bytes of the positions, alphas, colours, scales, rotations and SH streams; refuses a
+    header the format does not allow, streams larger than the ``held`` bytes the file can hold
+    and a count whose decoding cannot fit in memory."""
     if degree > 3:
         raise DataError(f"{name}: SH degree {degree} is not supported (at most 3)")
-    return [n * 9, n, n * 3, n * 3, n * (4 if version >= 3 else 3), n * _sh_dim(degree) * 3]
+    if frac_bits > 31:
+        raise DataError(f"{name}: {frac_bits} fractional bits of fixed-point positions (at most 31)")
+    sizes = [n * 9, n, n * 3, n * 3, n * (4 if version >= 3 else 3), n * _sh_dim(degree) * 3]
+    if sum(sizes) > held:
+        raise DataError(f"{name}: declares {n} Gaussians ({sum(sizes)} bytes), more than the file can hold ({held} bytes)")
+    # the streams, the decoded float32 parameters and numpy's temporaries while decoding
+    require_memory(f"{name}: {n} Gaussians", sum(sizes) + 4 * n * 4 * (14 + 3 * _sh_dim(degree)))
+    return sizes
 
 
 def _decode_streams(streams: list, version: int, n: int, degree: int, frac_bits: int, flags: int) -> SpzScene:
@@ -225,13 +245,21 @@ def _decode_streams(streams: list, version: int, n: int, degree: int, frac_bits:
 
 
 def read_spz(path: str | Path) -> SpzScene:
-    """Read an SPZ file: gzip-compressed (versions 2 and 3) or version 4 (zstd streams)."""
+    """Read an SPZ file: gzip-compressed (versions 2 and 3) or version 4 (zstd streams).
+
+    Nothing is inflated beyond what the header declares; a count the file cannot hold or memory
+    cannot fit, a corrupt, short or overlong body and NaN or infinite values are refused."""
     path = Path(path)
     raw = path.read_bytes()
     if raw[:4] == b"NGSP":
-        return decode_spz_v4(raw, str(path))
-    try:
-        data = gzip.decompress(raw)
-    except (OSError, EOFError) as err:
-        raise DataError(f"{path}: not a gzip-compressed SPZ file ({err})") from None
-    return decode_spz(data, str(path))
+        scene = decode_spz_v4(raw, str(path))
+    else:
+        if raw[:2] != b"\x1f\x8b":
+            raise DataError(f"{path}: not a gzip-compressed SPZ file")
+
+        def size_of(header: bytes) -> int:
+            return _HEADER.size + sum(_v3_header(header, str(path), len(raw) * MAX_DEFLATE_RATIO)[-1])
+
+        scene = decode_spz(gunzip_exact(raw, size_of, str(path), _HEADER.size), str(path))
+    require_finite(scene.params, str(path))
+    return scene
