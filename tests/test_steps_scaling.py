@@ -105,9 +105,8 @@ def test_late_refinement_warns_and_events_match_the_strategy() -> None:
 
 
 def test_fit_refuses_a_reset_at_the_last_step_before_training(tmp_path: Path) -> None:
-    result = run_cli("fit", "--config", str(DEMO), "trainer.max_steps=1000", "trainer.schedule_steps=null",
-                     f"output_dir={tmp_path / 'run'}")
+    result = run_cli("fit", "--config", str(DEMO), "trainer.max_steps=1000", f"output_dir={tmp_path / 'run'}")
     assert_one_line_error(result, "opacity reset at step 1000 of 1000", "trainer.schedule_steps")
     assert not (tmp_path / "run").exists()
-    shown = run_cli("schedule", "--config", str(DEMO), "trainer.max_steps=1000")  # the preset follows the run
+    shown = run_cli("schedule", "--config", str(DEMO), "trainer.max_steps=1000", "trainer.schedule_steps=2000")
     assert shown.returncode == 0 and "reset: 500" in shown.stdout and "no reset or refinement in the last 5%" in shown.stdout
