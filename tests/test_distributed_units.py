@@ -255,8 +255,8 @@ def test_nproc_shorthand_starts_ranks_and_passes_user_errors_through(tmp_path):
         env=environment(), capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 2, result.stderr[-2000:]
-    assert "[rank 1] error: trainer.dist_backend nccl needs CUDA devices" in result.stderr
-    assert result.stderr.count("error: trainer.dist_backend nccl needs CUDA devices") == 2  # rank 0 too
+    assert f"[rank 1] error: {config}: trainer.dist_backend nccl needs CUDA devices" in result.stderr
+    assert result.stderr.count(f"error: {config}: trainer.dist_backend nccl needs CUDA devices") == 2  # rank 0 too
     assert not (tmp_path / "run").exists()
 
 
