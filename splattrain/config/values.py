@@ -70,7 +70,7 @@ def check_step_counts(cfg: DictConfig, source: str) -> None:
     if cfg.trainer.max_steps > MAX_STEPS:
         raise ConfigError(f"{source}: key 'trainer.max_steps' must be at most {MAX_STEPS}, got {cfg.trainer.max_steps}")
     try:
-        options = strategy_step_options(cfg)
+        options = {**strategy_step_options(cfg), **strategy_step_options(cfg, "window_options")}
     except Exception:  # a strategy not registered yet (imports:) or a non-number: the plugin check names it
         return
     for name, value in options.items():

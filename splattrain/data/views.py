@@ -75,11 +75,8 @@ def load_views(specs: Sequence[ViewSpec], downscale: float, workers: int,
     sizes = [scaled_size(*spec.size, downscale) for spec in specs]
     if sizes:
         width, height = max(sizes, key=lambda size: size[0] * size[1])
-        held = sum(w * h for w, h in sizes) * 4
-        if budget_bytes is not None:
-            held = min(held, budget_bytes + width * height * 4)
         require_memory(f"data.downscale={downscale:g}: {len(sizes)} images of up to {width}x{height} pixels",
-                       held + width * height * 4 * 3 * max(1, workers))
+                       sum(w * h for w, h in sizes) * 4 + width * height * 4 * 3 * max(1, workers))
     cache = _UndistorterCache()
     kept = _views_within(specs, downscale, budget_bytes)
 
