@@ -181,9 +181,11 @@ def _check_strategy(refuse: _Refuse, saved: Any, trainer: Trainer, n: int) -> No
         value, entry = saved[key], f"strategy_state.{key}"
         if isinstance(mine, torch.Tensor):
             _tensor(refuse, entry, value, tuple(mine.shape), mine.dtype)
-        elif mine is None:
+        elif mine is None:  # allocated at first use: one row per Gaussian, of the strategy's own dtype
             if value is not None:
-                _tensor(refuse, entry, value, (n,))
+                tensor = _tensor(refuse, entry, value, dtype=None)
+                if tensor.dim() == 0 or tensor.shape[0] != n or tensor.is_complex():
+                    raise refuse(entry, f"is a {tensor.dtype} tensor of shape {list(tensor.shape)}, not {n} real rows")
         elif _finite_number(mine) and not _finite_number(value):
             raise refuse(entry, f"is {value!r}, not a finite number")
 

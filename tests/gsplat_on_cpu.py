@@ -308,7 +308,7 @@ def _patched(owner, name: str, value) -> Iterator[None]:
 def gsplat_on_cpu() -> Iterator[None]:
     """Within the block, gsplat's ``rasterization()`` and ``compute_relocation()`` run on CPU tensors
     through the substitutes above, and ``build_renderer`` accepts ``renderer.type: gsplat`` off CUDA."""
-    from splattrain.engine import trainer as trainer_module
+    from splattrain.engine import build as engine_build
     from splattrain.render import build
 
     substitutes = {
@@ -319,7 +319,7 @@ def gsplat_on_cpu() -> Iterator[None]:
         (gsplat_rendering, "rasterize_to_pixels"): rasterize_to_pixels,
         (_wrapper, "rasterize_to_indices_in_range"): rasterize_to_indices_in_range,
         (gsplat_relocation, "_make_lazy_cuda_func"): _kernel_by_name,
-        (trainer_module, "build_renderer"): partial(build.build_renderer, gsplat_off_cuda=True),
+        (engine_build, "build_renderer"): partial(build.build_renderer, gsplat_off_cuda=True),
     }
     with contextlib.ExitStack() as stack:
         for (owner, name), value in substitutes.items():
