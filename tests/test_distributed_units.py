@@ -102,14 +102,14 @@ def _gradients_and_losses(ctx):
     optimizer = torch.optim.Adam([param])
     ctx.pending_signal = 0 if ctx.rank == 0 else 15  # SIGTERM on rank 1 only: it rides in the bucket
     losses = ctx.sync_gradients({"p": optimizer}, {"loss": torch.tensor(2.0 * ctx.rank)})
-    signum = ctx.agreed_signal
+    signum = ctx.agreed_signals
     skip, = ctx.any_rank([ctx.rank])
     return param.grad.tolist(), float(losses["loss"]), skip, signum, ctx.bytes_reduced
 
 
 def test_gradients_and_losses_are_averaged_and_flags_agreed(two_ranks):
     for grads, loss, skip, signum, sent in two_ranks["gradients"]:
-        assert grads == [[1.5, 1.5]] * 3 and loss == 1.0 and (skip, signum) == (1, 15)
+        assert grads == [[1.5, 1.5]] * 3 and loss == 1.0 and (skip, signum) == (1, [0, 15])
         assert sent == 9 * 4  # six gradient values, one loss term and a signal slot per rank, in one bucket
 
 

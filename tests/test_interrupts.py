@@ -34,6 +34,30 @@ def test_a_second_signal_stops_at_once(deferred):
     assert raised.value.signum == signal.SIGINT
 
 
+def test_during_a_run_signals_are_recorded_and_snapshots_too_then_handlers_restored():
+    watched = (*interrupts.STOP_SIGNALS, interrupts.SNAPSHOT_SIGNAL)
+    before = {s: signal.getsignal(s) for s in watched}
+    with interrupts.during_run() as handled:
+        assert handled
+        os.kill(os.getpid(), signal.SIGUSR1)
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)  # a second stop signal is recorded, not raised mid-step
+        assert interrupts.take_snapshot() and not interrupts.take_snapshot()
+        assert interrupts.take() == signal.SIGTERM and interrupts.pending() is None
+        os.kill(os.getpid(), signal.SIGINT)
+    assert {s: signal.getsignal(s) for s in watched} == before
+    assert interrupts.pending() is None  # what the run's own handlers recorded is forgotten
+
+
+def test_a_run_under_the_command_line_leaves_a_late_signal_to_it(deferred):
+    with interrupts.during_run():
+        os.kill(os.getpid(), signal.SIGINT)
+    assert interrupts.pending() == signal.SIGINT
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
+    with pytest.raises(interrupts.Interrupted):  # outside the run a second one stops at once again
+        os.kill(os.getpid(), signal.SIGINT)
+
+
 def test_restore_puts_back_the_previous_handlers():
     before = {s: signal.getsignal(s) for s in interrupts.STOP_SIGNALS}
     interrupts.defer()

@@ -17,7 +17,7 @@ from splattrain.checkpoint import load_checkpoint_file
 from splattrain.config import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer
-from splattrain.hooks import AutoCheckpointHook, Hook
+from splattrain.hooks import Hook
 from splattrain.registry import HOOKS
 
 
@@ -79,14 +79,32 @@ def test_sigusr1_snapshots_and_training_goes_on(tmp_path):
     assert len(steps) == 2 and 20 <= steps[0] < 120 and steps[1] == 120
 
 
-def test_signal_during_save_is_ignored():
-    hook = AutoCheckpointHook()
-    hook._saving = True
-    hook._on_signal(signal.SIGINT, None)
-    assert hook.pending is None
-    hook._saving = False
-    hook._on_signal(signal.SIGINT, None)
-    assert hook.pending == signal.SIGINT
+def test_without_auto_checkpoint_sigint_stops_cleanly_and_sigusr1_is_ignored(tmp_path):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(tiny_config_text(tmp_path, steps=300))
+    process = start_fit(cfg, "default_hooks.auto_checkpoint=null", "default_hooks.checkpoint.interval=0")
+    wait_for_line(process, "step 20/300")
+    process.send_signal(signal.SIGUSR1)
+    wait_for_line(process, "no AutoCheckpointHook saves snapshots")
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=240)
+    assert process.returncode == 130, output
+    assert "SIGINT received: the run stops after step" in output and "without a checkpoint" in output
+    assert output.strip().splitlines()[-1] == "stopped by SIGINT" and "Traceback" not in output
+    assert not (tmp_path / "run" / "results.json").exists() and not list((tmp_path / "run").rglob("*.pt"))
+
+
+def test_auto_checkpoint_signals_choose_what_is_saved(tmp_path):
+    """A stop signal the hook does not save on still stops the run, with nothing saved."""
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(tiny_config_text(tmp_path, steps=300))
+    process = start_fit(cfg, "default_hooks.auto_checkpoint.signals=[SIGTERM]")
+    wait_for_line(process, "step 20/300")
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=240)
+    assert process.returncode == 130, output
+    assert "no AutoCheckpointHook saves on SIGINT" in output
+    assert not list((tmp_path / "run" / "ckpt").glob("step_*.pt"))
 
 
 @HOOKS.register()

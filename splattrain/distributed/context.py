@@ -76,10 +76,10 @@ class DistContext:
     #: seconds per part of the communication: ``pack``/``all_reduce``/``unpack`` (gradient bucket),
     #: ``flags`` (the per-step agreement), ``statistics`` (strategy statistics)
     comm_breakdown: Dict[str, float] = field(default_factory=dict)
-    pending_signal: int = 0  # a stop signal this rank received, for the next agreement
-    agreed_signal: int = 0  # the largest signal any rank had pending at the last gradient exchange
+    pending_signal: int = 0  #: the signal this rank sends in the next gradient exchange (0: none)
+    #: the signal each rank sent in the last gradient exchange (0: none), by rank
+    agreed_signals: List[int] = field(default_factory=list)
     statistics_synced: bool = False  # the statistics hold the totals over the ranks (until released)
-    signals_routed: bool = False
     early: EarlyReduce = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -173,7 +173,7 @@ class DistContext:
         if any(g.is_sparse for g in grads):
             raise ConfigError("sparse gradients (renderer.sparse_grad) cannot be averaged across ranks; turn them off")
         names = list(losses)
-        # the loss terms, then one slot per rank for the stop signal it has pending: everything else
+        # the loss terms, then one slot per rank for the signal it has pending: everything else
         # the step agrees on travels in the last gradient bucket
         signals = torch.zeros(self.world_size, device=self.device)
         signals[self.rank] = float(self.pending_signal)
@@ -191,7 +191,7 @@ class DistContext:
         self.bytes_reduced += pending.nbytes
         self._rebind(params, grads, averaged)
         values = averaged[-1]
-        self.agreed_signal = int(round(float(values[len(names):].max()) * self.world_size))
+        self.agreed_signals = [int(round(float(v) * self.world_size)) for v in values[len(names):]]
         self.comm_seconds += time.perf_counter() - started
         return {k: values[i] for i, k in enumerate(names)}
 

@@ -15,7 +15,6 @@ from ..config.imports import import_user_modules
 from ..console import Console
 from ..errors import UserError
 from ..distributed import DistContext, RankConsole
-from ..hooks.auto_checkpoint import RunInterrupted
 from ..hooks.base import Hook
 from ..hooks.dist_check import DistributedCheckHook
 from ..hooks.dispatch import HookDispatcher
@@ -26,8 +25,8 @@ from ..model.gaussians import degree_for_step
 from ..optim import clear_grads, step_optimizers
 from ..registry import TRAINERS
 from ..writers import WriterGroup
-from . import checkpointing, rescue, run_files
-from .agreement import agree_at_end, agree_on_requests, agree_on_step, route_signals
+from . import checkpointing, rescue, run_files, signals
+from .agreement import agree_on_requests, agree_on_step
 from .batching import mean_losses, micro_batches
 from .build import build_components, build_hooks, run_policy
 from .setup import resolve_device, seed_everything
@@ -145,7 +144,9 @@ class DefaultTrainer:
         lock = run_files.lock_run_dir(self)
         try:
             resumed = run_files.check_run_dir(self, resume, overwrite)
-            with self.renderer.training_threads():
+            with self.renderer.training_threads(), interrupts.during_run() as handled:
+                if not handled and signals.checkpoint_hooks(self):
+                    self.console.warning("AutoCheckpointHook: not in the main thread, signals are not handled")
                 return self._run(resumed)
         finally:
             self.data.close()
@@ -174,20 +175,20 @@ class DefaultTrainer:
                 elif self.cfg.trainer.val_on_resume:
                     self.validate()
             self.completed_step = self.start_step = self.step
-            route_signals(self)  # from now on the ranks agree on stop signals at each exchange
             self.call_hook("before_train")
             for step in range(self.step + 1, self.max_steps + 1):
                 self.step = step
                 started = time.perf_counter()
                 self.train_step(step)
                 self.train_seconds += time.perf_counter() - started
+                signals.after_step(self)  # a stop signal ends the run here, on every rank alike
                 validated = self._validation_due(step)
                 if validated:
                     self.validate()
                 if self._after_requests(step, validated):
                     break
-            agree_at_end(self)  # a signal on any rank since the last exchange stops every rank
             self.call_hook("after_train")
+            signals.after_last_step(self)  # a signal on any rank since the last step stops every rank
             run_files.print_hook_timing(self)
             return run_files.write_results(self, self.run_dir / "results.json")
         except BaseException as error:
@@ -248,6 +249,7 @@ class DefaultTrainer:
             (losses["loss"] / len(chunks)).backward()
             infos.append(render.info)
             terms.append(losses)
+        signals.before_exchange(self)  # a signal on any rank travels in the gradient exchange
         synced = {**self.optimizers, **{f"view_opt/{k}": v for k, v in self.view_opt.optimizers.items()}}
         losses = self.dist.sync_gradients(synced, mean_losses(terms), sh_degree)  # mean over ranks
         outputs = StepOutputs(render=render, losses=losses, sh_degree=sh_degree, batch=batch)
@@ -298,6 +300,7 @@ class DefaultTrainer:
             scores = self.evaluator(render.rgb, batch["image"], batch.get("mask"))
             scored.append((index, {"view": batch["camera"][0].name, **scores}))
             self.call_hook("after_val_iter", index, batch, {"render": render, "metrics": scores})
+            signals.between_views(self)
         per_view = self.dist.gather_views(scored)
         metrics = {"step": self.step, **mean_metrics(per_view)}
         self.val_per_view = per_view
@@ -336,7 +339,6 @@ class DefaultTrainer:
     def _restore(self, source: str | Path | tuple) -> Dict[str, Any]:
         """Load a checkpoint's state into the model, optimizers, strategy, data order, RNGs and hooks."""
         checkpoint = checkpointing.restore_checkpoint(self, source)
-        route_signals(self)  # a signal during a validation before the first step waits for its exchange
         self.dist.statistics_synced = True  # the restored statistics are totals: rank 0 keeps them
         self.strategy.release_statistics(self.strategy_state)
         return checkpoint
@@ -350,7 +352,7 @@ class DefaultTrainer:
             self.call_hook("on_exception", error)
         except Exception as hook_error:  # keep the original error as the one raised
             self.console.warning(f"while handling {type(error).__name__}: {hook_error}")
-        if self.rescue_on_error and not isinstance(error, RunInterrupted):
+        if self.rescue_on_error and not isinstance(error, interrupts.RunInterrupted):
             try:
                 rescue.save_rescue_checkpoint(self, error)
             except Exception as save_error:

@@ -1,44 +1,35 @@
-"""AutoCheckpointHook: a resumable checkpoint on SIGINT / SIGTERM / SIGUSR1 and on crashes."""
+"""AutoCheckpointHook: what is saved when the run gets SIGINT / SIGTERM / SIGUSR1, and on crashes."""
 
 from __future__ import annotations
 
 import signal
-import threading
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Optional
 
-from .. import interrupts
+from ..interrupts import RunInterrupted
 from ..registry import HOOKS
 from .base import Hook, Priority
 
-
-class RunInterrupted(KeyboardInterrupt):
-    """The run stopped on a signal after saving ``checkpoint``; ``signum`` sets the exit code."""
-
-    def __init__(self, signum: int, checkpoint: Path) -> None:
-        super().__init__(f"{signal.Signals(signum).name}: checkpoint saved to {checkpoint}")
-        self.signum = signum
-        self.checkpoint = checkpoint
-
-
-_SNAPSHOT_SIGNALS = ("SIGUSR1",)
+__all__ = ["AutoCheckpointHook", "RunInterrupted"]
 
 
 @HOOKS.register()
 class AutoCheckpointHook(Hook):
-    """Saves a resumable checkpoint at the next safe point after SIGINT / SIGTERM, then stops.
+    """Decides what the run saves when it gets a signal; the trainer owns the signals.
 
-    The signal handler only records the signal; the checkpoint is written between steps
-    (or between validation views), never in the middle of an update, and signals that
-    arrive while it is written are ignored. SIGUSR1 saves a snapshot and training goes
-    on. A signal that arrives after the last step (final validation, ``after_train``) stops
-    the run too, so the final results are not written as if it had finished. Any other failure
-    makes the trainer save ``rescue_step_XXXXXX.pt`` (the last completed step) unless ``rescue``
-    is false. Previous signal handlers are restored when the run ends.
+    :mod:`splattrain.interrupts` records SIGINT, SIGTERM and SIGUSR1; the trainer acts on them at
+    its next safe point (after a step, between two validation views, after the last step),
+    never in the middle of an update, with every rank at the same step, and then calls
+    :meth:`save_on_signal`. On SIGINT / SIGTERM this saves a resumable ``ckpt/step_N.pt`` (and
+    ``last.pt``) and the run stops; on SIGUSR1 a snapshot, and training goes on. After the last
+    step nothing new is saved: the run stops before writing its results, resumable from
+    ``last.pt``. A run stops on SIGINT / SIGTERM with or without this hook; without it (or for a
+    signal not in ``signals``) nothing is saved. Any other failure makes the trainer save
+    ``rescue_step_XXXXXX.pt`` (the last completed step) unless ``rescue`` is false.
 
     Args:
-        signals: signal names to handle (default SIGINT, SIGTERM, SIGUSR1).
-        rescue: save a rescue checkpoint when the run fails with an exception.
+        signals: the signals to save a checkpoint on (default SIGINT, SIGTERM, SIGUSR1).
+        rescue: save a rescue checkpoint when the run fails with an exception (read by the trainer).
     """
 
     priority = Priority.LOWEST
@@ -47,61 +38,13 @@ class AutoCheckpointHook(Hook):
         super().__init__()
         self.signals = [getattr(signal, name) for name in signals if hasattr(signal, name)]
         self.rescue = rescue
-        self.pending: Optional[int] = None
-        self._saving = False
-        self._previous: Dict[int, Any] = {}
 
-    # -- signal handling -------------------------------------------------------------
-    def _on_signal(self, signum: int, frame: object) -> None:
-        if not self._saving:
-            self.pending = signum
-
-    def before_run(self, trainer) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            trainer.console.warning("AutoCheckpointHook: not in the main thread, signals are not handled")
-            return
-        for signum in self.signals:
-            self._previous[signum] = signal.signal(signum, self._on_signal)
-        self.pending = interrupts.take() or self.pending  # one the command line recorded while the run started
-
-    def after_run(self, trainer) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous.clear()
-
-    # -- safe points -------------------------------------------------------------------
-    def after_train_iter(self, trainer, step: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
-        if self.pending is not None:
-            self._save_at_safe_point(trainer)
-
-    def after_train(self, trainer) -> None:
-        signum, self.pending = self.pending, None
-        if signum is None or signal.Signals(signum).name in _SNAPSHOT_SIGNALS:
-            return
-        last = trainer.checkpoint_dir / "last.pt"
-        trainer.console.warning(
-            f"{signal.Signals(signum).name} received after the last step: the run stops before writing its "
-            f"results. Resume with: {trainer.resume_hint}"
-        )
-        raise RunInterrupted(signum, last)
-
-    def after_val_iter(self, trainer, index: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
-        if self.pending is not None:
-            self._save_at_safe_point(trainer)
-
-    def _save_at_safe_point(self, trainer) -> None:
-        signum, self.pending = self.pending, None
-        self._saving = True
-        try:
-            path = trainer.save_checkpoint(trainer.checkpoint_dir / f"step_{trainer.step:06d}.pt")
-        finally:
-            self._saving = False
-        name = signal.Signals(signum).name
-        if name in _SNAPSHOT_SIGNALS:
-            trainer.console.info(f"{name}: saved a snapshot at step {trainer.step} to {path}; training goes on")
-            return
-        trainer.console.warning(
-            f"{name} received: saved a resumable checkpoint at step {trainer.step} to {path}. "
-            f"Resume with: {trainer.resume_hint}"
-        )
-        raise RunInterrupted(signum, path)
+    def save_on_signal(self, trainer, signum: int, finished: bool = False) -> Optional[Path]:
+        """Called by the trainer at a safe point after ``signum`` (on every rank alike): the
+        checkpoint to resume from, saved now unless ``finished`` (after the last step, whose
+        checkpoint is ``last.pt``); None when this hook does not handle ``signum``."""
+        if signum not in self.signals:
+            return None
+        if finished:
+            return trainer.checkpoint_dir / "last.pt"
+        return trainer.save_checkpoint(trainer.checkpoint_dir / f"step_{trainer.step:06d}.pt")

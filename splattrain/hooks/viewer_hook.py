@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import signal
 import time
 from typing import Any, Dict, List, Optional
 
+from .. import interrupts
 from ..registry import HOOKS
-from .auto_checkpoint import AutoCheckpointHook
 from .base import Hook
 
 
@@ -44,7 +43,7 @@ class ViewerHook(Hook):
             the same browser is refused).
     """
 
-    priority = 97  # after the checkpoint and timer hooks, before AutoCheckpointHook's safe point
+    priority = 97  # after the checkpoint and timer hooks
 
     def __init__(self, port: int = 8080, host: str = "127.0.0.1", resolution: int = 512, train_share: float = 0.9,
                  render_mode: str = "rgb", refresh: float = 10.0, cameras: bool = True,
@@ -171,7 +170,7 @@ class ViewerHook(Hook):
         _tell_hooks(trainer, paused=True)
         self._update_stats(trainer, force=True)
         try:
-            while self.server.paused and not _stop_pending(trainer):
+            while self.server.paused and interrupts.pending() is None:
                 if self.server.take_save_request():
                     self._save(trainer)
                 self.service.serve_waiting(trainer.model, sh_degree)
@@ -182,7 +181,7 @@ class ViewerHook(Hook):
             if in_step:
                 trainer.train_seconds -= held  # the trainer counts this step's time, pause included
             _tell_hooks(trainer, paused=False)
-            if self.server.paused:  # a signal ends the pause: the run stops at AutoCheckpointHook
+            if self.server.paused:  # a stop signal ends the pause: the run stops at the trainer's next safe point
                 self.server.set_paused(False)
             else:
                 trainer.console.info(f"viewer: resumed at step {trainer.step}")
@@ -227,11 +226,3 @@ def _tell_hooks(trainer, paused: bool) -> None:
         method = getattr(hook, "set_paused", None)
         if callable(method):
             method(trainer, paused)
-
-
-def _stop_pending(trainer) -> bool:
-    """True when a SIGINT / SIGTERM waits for AutoCheckpointHook's next safe point."""
-    return any(isinstance(h, AutoCheckpointHook) and h.pending in _STOP_SIGNALS for h in trainer.hooks.hooks)
-
-
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
