@@ -11,18 +11,10 @@ from omegaconf import OmegaConf
 
 from .. import interrupts
 from ..console import Console
-from ..io.atomic import atomic_path, atomic_write_text
+from ..io.atomic import atomic_write_text
 from ..metrics import Evaluator, mean_metrics
-from ..writers.png import to_uint8
+from ..io.png import save_png
 from .snapshot import load_snapshot
-
-
-def _save_png(path: Path, image: torch.Tensor) -> None:
-    from PIL import Image
-
-    array = to_uint8(image.detach().cpu().numpy())
-    with atomic_path(path) as tmp:
-        Image.fromarray(array).save(tmp, format="PNG")
 
 
 @torch.no_grad()
@@ -53,7 +45,7 @@ def evaluate(
         name = batch["camera"][0].name
         per_view.append({"view": name, **evaluator(result.rgb, batch["image"])})
         if save_renders:
-            _save_png(out_dir / "renders" / f"{name}.png", result.rgb[0])
+            save_png(out_dir / "renders" / f"{name}.png", result.rgb[0])
     report = {
         "checkpoint": str(snapshot.path),
         "step": snapshot.step,

@@ -18,7 +18,7 @@ from ..console import Console
 from ..data.pipeline import focus_point
 from ..errors import UserError
 from ..io.atomic import atomic_path
-from ..writers.png import to_uint8
+from ..io.png import save_png, to_uint8
 from .snapshot import load_snapshot
 
 
@@ -109,10 +109,9 @@ def render(
         for index, camera in enumerate(cameras):
             interrupts.check()
             result = renderer.render(snapshot.model, [camera.to(snapshot.device)], snapshot.sh_degree, snapshot.background)
-            image = to_uint8(result.rgb[0].detach().cpu().numpy())
+            image = to_uint8(result.rgb[0])
             images.append(image)
-            with atomic_path(out_dir / "frames" / f"frame_{index:04d}.png") as tmp:
-                Image.fromarray(image).save(tmp, format="PNG")
+            save_png(out_dir / "frames" / f"frame_{index:04d}.png", image)
             progress.advance(task)
     written = _save(images, out_dir, fps)
     if "mp4" not in written:

@@ -207,27 +207,22 @@ class DistContext:
 
     def any_rank(self, flags: Sequence[int]) -> List[int]:
         """The largest value of each flag over the ranks (a step skipped or a signal on any rank)."""
-        if not self.enabled:
-            return list(flags)
-        started = time.perf_counter()
-        values = torch.tensor(list(flags), dtype=torch.int64, device=self.device)
-        with _collective(self, "the step agreement"):
-            dist.all_reduce(values, op=dist.ReduceOp.MAX)
-        out = [int(v) for v in values.tolist()]
-        self._count("flags", started)
-        return out
+        return [int(v) for v in self._max_over_ranks(flags, torch.int64, "the step agreement", "flags")]
 
     def max_over_ranks(self, values: Sequence[float]) -> List[float]:
         """The largest of each value over the ranks (e.g. memory readings every rank must act on alike)."""
+        return [float(v) for v in self._max_over_ranks(values, torch.float64, "an agreement on readings", "agreement")]
+
+    def _max_over_ranks(self, values: Sequence[float], dtype: torch.dtype, what: str, part: str) -> List[float]:
+        """One all-reduce (max) of ``values`` as ``dtype``, counted in ``comm_breakdown[part]``."""
         if not self.enabled:
             return list(values)
         started = time.perf_counter()
-        tensor = torch.tensor(list(values), dtype=torch.float64, device=self.device)
-        with _collective(self, "an agreement on readings"):
+        tensor = torch.tensor(list(values), dtype=dtype, device=self.device)
+        with _collective(self, what):
             dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-        out = [float(v) for v in tensor.tolist()]
-        self._count("agreement", started)
-        return out
+        self._count(part, started)
+        return tensor.tolist()
 
     def _count(self, part: str, started: float) -> None:
         seconds = time.perf_counter() - started

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, Tuple
+from typing import Any, Callable, Dict, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from .base import RASTERIZE_MODES
 
 ALPHA_THRESHOLD = 1.0 / 255.0
 """Gaussians whose alpha at a pixel is below this are skipped there (gsplat's ALPHA_THRESHOLD)."""
@@ -100,6 +102,35 @@ def project(
     )
     radii *= (in_depth & (det_raw.detach() > 0))[..., None]
     return Projection(radii, means2d, depths, conics, opacities)
+
+
+def project_for_rasterizer(
+    project_fn: Callable[..., Projection],
+    means: Tensor,
+    quats: Tensor,
+    scales: Tensor,
+    opacities: Tensor,
+    colors: Tensor,
+    viewmats: Tensor,
+    Ks: Tensor,
+    width: int,
+    height: int,
+    near_plane: float,
+    far_plane: float,
+    eps2d: float,
+    rasterize_mode: str,
+) -> Tuple[Projection, Tensor]:
+    """The entry of a ``rasterize``: check ``rasterize_mode``, project with ``project_fn`` (this
+    module's :func:`project` or the C++ one) and give every camera its ``colors`` ([C, N, D])."""
+    if rasterize_mode not in RASTERIZE_MODES:
+        raise ValueError(f"rasterize_mode must be 'classic' or 'antialiased', not {rasterize_mode!r}")
+    proj = project_fn(
+        means, quats, scales, opacities, viewmats, Ks, width, height,
+        near_plane=near_plane, far_plane=far_plane, eps2d=eps2d, antialiased=rasterize_mode == "antialiased",
+    )
+    if colors.dim() == 2:
+        colors = colors.expand(viewmats.shape[0], -1, -1)
+    return proj, colors
 
 
 def _covariance_2d(

@@ -22,7 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .projection import ALPHA_THRESHOLD, TileIntersections, gsplat_info, intersect_tiles, project
+from .projection import (
+    ALPHA_THRESHOLD, TileIntersections, gsplat_info, intersect_tiles, project, project_for_rasterizer,
+)
 
 ALPHA_MAX = 0.999
 """Per-Gaussian alpha is clamped to this (gsplat's CUDA kernels use 0.999)."""
@@ -387,16 +389,9 @@ def rasterize(
         keys (radii, means2d, depths, conics, opacities, tile and intersection data, ...).
         Differentiable w.r.t. means, quats, scales, opacities, colors and backgrounds.
     """
-    if rasterize_mode not in ("classic", "antialiased"):
-        raise ValueError(f"rasterize_mode must be 'classic' or 'antialiased', not {rasterize_mode!r}")
     n_cams, n_gauss = viewmats.shape[0], means.shape[0]
-    proj = project(
-        means, quats, scales, opacities, viewmats, Ks, width, height,
-        near_plane=near_plane, far_plane=far_plane, eps2d=eps2d,
-        antialiased=rasterize_mode == "antialiased",
-    )
-    if colors.dim() == 2:
-        colors = colors.expand(n_cams, -1, -1)
+    proj, colors = project_for_rasterizer(project, means, quats, scales, opacities, colors, viewmats, Ks, width,
+                                          height, near_plane, far_plane, eps2d, rasterize_mode)
     means2d, depths = proj.means2d.detach(), proj.depths.detach()
     isects = intersect_tiles(means2d, proj.radii, depths, width, height, tile_size)
     composite_size = min(tile_size, COMPOSITE_TILE_SIZE)

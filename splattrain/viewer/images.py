@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 import numpy as np
-import torch
 
+from ..io.png import to_uint8
 from ..render.base import RenderResult
 
 RENDER_MODES = ("rgb", "depth", "alpha")
@@ -34,11 +34,6 @@ def colorize_depth(depth: np.ndarray, alpha: np.ndarray) -> np.ndarray:
     colours = _RAMP[low] * (1.0 - frac) + _RAMP[low + 1] * frac
     out[covered] = colours[covered].round().astype(np.uint8)
     return out
-
-
-def to_uint8(image: torch.Tensor) -> np.ndarray:
-    """[H, W, C] float in [0, 1] -> uint8 numpy."""
-    return (image.detach().clamp(0.0, 1.0) * 255.0 + 0.5).to(torch.uint8).cpu().numpy()
 
 
 def view_image(result: RenderResult, mode: str) -> np.ndarray:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import threading
 import time
 from pathlib import Path
@@ -12,6 +11,7 @@ import numpy as np
 import torch
 
 from ..io.atomic import atomic_write_bytes
+from ..io.png import png_bytes
 from ..model.gaussians import GaussianModel
 from ..render import Renderer
 from .camera import ViewPose, pose_to_camera
@@ -122,15 +122,12 @@ class ViewService:
         return total
 
     def _save_png(self, request: ViewRequest, image: np.ndarray) -> None:
-        from PIL import Image
-
         self.png_dir.mkdir(parents=True, exist_ok=True)
         self._png_count += 1
         path = self.png_dir / f"view_{time.strftime('%Y%m%d_%H%M%S')}_{self._png_count:03d}_{request.mode}.png"
-        buffer = io.BytesIO()
-        Image.fromarray(image).save(buffer, format="PNG")
-        atomic_write_bytes(path, lambda f: f.write(buffer.getvalue()))
+        data = png_bytes(image)
+        atomic_write_bytes(path, lambda f: f.write(data))
         if self.log is not None:
             self.log(f"viewer: saved {path}")
         self.server.notify(request.client_id, "View saved", str(path))
-        self.server.offer_download(request.client_id, path.name, buffer.getvalue())
+        self.server.offer_download(request.client_id, path.name, data)

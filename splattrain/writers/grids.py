@@ -6,7 +6,7 @@ from typing import Optional
 
 import numpy as np
 
-from .png import to_uint8
+from ..io.png import to_uint8
 
 # Google's polynomial approximation of the Turbo colormap (red, green, blue; powers 0..5).
 _TURBO = np.array(

@@ -6,10 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io.atomic import atomic_path
+from ..io.png import save_png
 from ..registry import WRITERS
 from .base import Writer
-from .png import png_bytes
 
 
 @WRITERS.register("image", aliases=("ImageWriter",))
@@ -22,7 +21,4 @@ class ImageWriter(Writer):
 
     def write_image(self, tag: str, image: np.ndarray, step: int) -> None:
         group, _, name = tag.rpartition("/")
-        path = self.root / group / f"step_{step:06d}" / f"{name}.png"
-        data = png_bytes(image)
-        with atomic_path(path) as tmp:
-            tmp.write_bytes(data)
+        save_png(self.root / group / f"step_{step:06d}" / f"{name}.png", image)

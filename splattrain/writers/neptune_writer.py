@@ -9,9 +9,9 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 
+from ..io.png import to_uint8
 from ..registry import WRITERS
 from .base import Writer
-from .png import to_uint8
 from .rows import scalar_row
 
 

@@ -7,9 +7,9 @@ from typing import Any, Dict
 
 import numpy as np
 
+from ..io.png import png_bytes
 from ..registry import WRITERS
 from .base import Writer
-from .png import png_bytes
 
 
 @WRITERS.register("tensorboard", aliases=("TensorboardWriter",))

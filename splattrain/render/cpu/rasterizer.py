@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ..projection import Projection, TileIntersections, gsplat_info
+from ..projection import Projection, TileIntersections, gsplat_info, project_for_rasterizer
 from .build import load_library
 from .threads import loop_threads
 
@@ -252,7 +252,6 @@ def composite(
 ) -> Tuple[Tensor, Tensor, Dict[str, Any]]:
     """Bin projected Gaussians into tiles and composite ``colors`` [C, N, D] front to back:
     the second half of :func:`rasterize`, with the same outputs."""
-    n_cams = proj.means2d.shape[0]
     isects = intersect_tiles(proj.means2d.detach(), proj.radii, proj.depths.detach(), width, height, tile_size,
                              proj.conics, proj.opacities)
     in_kernel = backgrounds is not None and not backgrounds.requires_grad
@@ -288,15 +287,8 @@ def rasterize(
     of :func:`splattrain.render.torch_rasterizer.rasterize`. Tensors must be float32 or
     float64 on the CPU; the library is compiled on first use (see ``build.load_library``).
     """
-    if rasterize_mode not in ("classic", "antialiased"):
-        raise ValueError(f"rasterize_mode must be 'classic' or 'antialiased', not {rasterize_mode!r}")
     if means.device.type != "cpu":
         raise ValueError(f"the CPU rasterizer needs CPU tensors, not {means.device}")
-    proj = project(
-        means, quats, scales, opacities, viewmats, Ks, width, height,
-        near_plane=near_plane, far_plane=far_plane, eps2d=eps2d,
-        antialiased=rasterize_mode == "antialiased",
-    )
-    if colors.dim() == 2:
-        colors = colors.expand(viewmats.shape[0], -1, -1)
+    proj, colors = project_for_rasterizer(project, means, quats, scales, opacities, colors, viewmats, Ks, width,
+                                          height, near_plane, far_plane, eps2d, rasterize_mode)
     return composite(proj, colors, width, height, tile_size=tile_size, backgrounds=backgrounds)
