@@ -14,6 +14,7 @@ fails is not rewound; splattrain itself draws from neither during a step.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
@@ -58,6 +59,6 @@ def save_rescue_checkpoint(trainer: "DefaultTrainer", error: BaseException) -> O
     save_checkpoint_file(checkpoint, path)
     trainer.console.warning(
         f"the run failed ({type(error).__name__}); saved a rescue checkpoint of step {completed} "
-        f"to {path}. Resume with: {trainer.resume_hint} {path}"
+        f"to {path}. Resume with: {trainer.resume_hint} {shlex.quote(str(path))}"
     )
     return path

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -73,7 +74,7 @@ class DefaultTrainer:
         DistributedCheckHook.ensure(self)
 
         self.runtime_info: Dict[str, float] = {}
-        self.resume_hint = f"splattrain fit --config <config> output_dir={self.run_dir} --resume"
+        self.resume_hint = "splattrain fit --config <config> " + shlex.join([f"output_dir={self.run_dir}", "--resume"])
         self.last_metrics: Dict[str, Any] = {}
         self.val_per_view: List[Dict[str, Any]] = []
         self.train_seconds = 0.0
