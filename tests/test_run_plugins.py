@@ -55,9 +55,21 @@ def test_without_the_flags_one_line_names_the_plugin(which, plugin, renderer_run
     assert not (tmp_path / "eval" / "metrics.json").exists()  # nothing written with another plugin
 
 
-def test_view_of_a_custom_renderer_run_needs_the_flags_too(renderer_run, tmp_path):
-    result = run_cli("view", str(renderer_run), "--out", str(tmp_path / "views"))
-    assert_one_line_error(result, "renderer 'lowres'", "--import PATH_OR_MODULE", "--trust-config")
+@pytest.mark.parametrize("which, plugin", [("renderer", "renderer 'lowres'"), ("dataset", "dataset reader 'cameras_json'")])
+def test_view_of_a_custom_plugin_run_needs_the_flags_too(which, plugin, renderer_run, dataset_run, tmp_path):
+    """No viewer opens (with a warning, or another reader's cameras): one line, exit 2, before the viewer starts."""
+    run = renderer_run if which == "renderer" else dataset_run
+    result = run_cli("view", str(run), "--port", "0", "--out", str(tmp_path / "views"), timeout=120)
+    assert_one_line_error(result, plugin, "--import PATH_OR_MODULE", "--trust-config")
+    assert "viewer:" not in result.stdout and not (tmp_path / "views").exists()
+
+
+def test_export_needs_no_plugin(renderer_run, dataset_run, tmp_path):
+    """A PLY is the Gaussians alone: export builds neither the renderer nor the dataset reader."""
+    for run in (renderer_run, dataset_run):
+        result = run_cli("export", str(run), "--out", str(tmp_path / f"{run.parent.name}.ply"))
+        assert result.returncode == 0, result.stderr
+        assert (tmp_path / f"{run.parent.name}.ply").stat().st_size > 0
 
 
 @pytest.mark.parametrize("which", ["renderer", "dataset"])

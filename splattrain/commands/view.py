@@ -54,7 +54,9 @@ def load_viewed_scene(target: str | Path, console: Console, device: str = "auto"
                       background: Optional[str] = None, out: Optional[str] = None,
                       imports: Sequence[str] = (), trust_config: bool = False) -> ViewedScene:
     """A scene file (.ply, compressed .ply, .spz, .splat: by its suffix), else a run directory or
-    checkpoint with its train and test cameras."""
+    checkpoint with its train and test cameras. A run whose renderer or dataset reader came from
+    ``imports:`` needs ``imports`` or ``trust_config`` (:class:`RunPluginError` otherwise); a run
+    whose scene cannot be read any more is shown without its cameras."""
     path = Path(target)
     resolved = resolve_device(device)
     if path.suffix.lower() in (".ply", ".spz", ".splat"):
@@ -67,7 +69,7 @@ def load_viewed_scene(target: str | Path, console: Console, device: str = "auto"
         return ViewedScene(path.stem, GaussianModel(params, degree).to(resolved), degree, renderer,
                            torch.tensor(colour, device=resolved), png_dir)
     from ..data.pipeline import camera_scene_scale
-    from .snapshot import load_snapshot
+    from .snapshot import RunPluginError, load_snapshot
 
     snapshot = load_snapshot(path, device, imports, trust_config)
     colour = parse_background(background) if background else list(snapshot.cfg.data.background)
@@ -77,7 +79,9 @@ def load_viewed_scene(target: str | Path, console: Console, device: str = "auto"
                         Path(out) if out else snapshot.run_dir / "viewer", step=snapshot.step)
     try:
         data = snapshot.scene()
-    except UserError as err:
+    except RunPluginError:  # the run's own reader is needed, never another one
+        raise
+    except UserError as err:  # the scene moved or is gone: the Gaussians are shown alone
         console.warning(f"the run's cameras are not shown: {err}")
         return scene
     scene.train, scene.test = list(data.train), list(data.test)
