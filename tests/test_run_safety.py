@@ -237,3 +237,46 @@ def test_resolution_schedule_renders_right_sizes_at_right_steps(tmp_path):
     focal = trainer.data.train_frames[0].camera.K[0, 0]
     assert trainer.data.train_frames[0].camera.width == 32
     assert focal == trainer.data.test_frames[0].camera.K[0, 0]
+
+
+CRASH_AT = '''
+from splattrain import HOOKS, Hook
+
+
+@HOOKS.register()
+class CrashAt(Hook):
+    def __init__(self, at: int = 5):
+        super().__init__()
+        self.at = at
+
+    def after_train_iter(self, trainer, step, batch, outputs):
+        if step == self.at:
+            raise RuntimeError("simulated crash")
+'''
+
+
+def test_rescue_hint_is_a_shell_command_and_the_resumed_header_shows_the_checkpoints_gaussians(tmp_path):
+    """In a folder whose name has a space and a quote, the printed hint runs as it is; the resumed
+    run's header counts the checkpoint's Gaussians (MCMC grew them), not the initial 300."""
+    import shlex
+
+    folder = tmp_path / "my runs 'A'"
+    folder.mkdir()
+    (folder / "crash_at.py").write_text(CRASH_AT)
+    extra = ("imports: [crash_at.py]\ncustom_hooks:\n  - {type: CrashAt, at: 5}\n"
+             "strategy: {type: mcmc, max_gaussians: 1000, refine_start_iter: 2, refine_every: 2}\n")
+    cfg = folder / "cfg.yaml"
+    cfg.write_text(tiny_config_text(folder, steps=8, extra=extra))
+    command = [sys.executable, "-m", "splattrain", "fit", "--config", str(cfg)]
+    crashed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert crashed.returncode != 0
+    line = next(line for line in crashed.stdout.splitlines() if "Resume with: " in line)
+    words = shlex.split(line.split("Resume with: ", 1)[1])
+    assert words[:2] == ["splattrain", "fit"] and words[-2] == "--resume"
+    rescue = Path(words[-1])
+    gaussians = load_checkpoint_file(rescue)["gaussians"]["means"].shape[0]
+    assert rescue.name == "rescue_step_000005.pt" and gaussians > 300
+    resumed = subprocess.run([sys.executable, "-m", *words[:-1], str(rescue), "custom_hooks=[]"],
+                             cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"gaussians {gaussians:,}  steps 8" in resumed.stdout.replace("\u2009", ",")
