@@ -56,14 +56,18 @@ def after_last_step(trainer: Trainer) -> None:
 
 
 def _act(trainer: Trainer, stop: Optional[int], snapshot: bool, finished: bool = False) -> None:
+    """Stop on ``stop`` (after the hook saved what it saves), else save a snapshot if asked."""
     if stop:
         name = signal.Signals(stop).name
         path = _save(trainer, stop, finished)
-        saved = (f"saved a resumable checkpoint at step {trainer.step} to {path}" if path and not finished
-                 else "the run stops before writing its results" if finished else
-                 f"the run stops after step {trainer.step} without a checkpoint (no AutoCheckpointHook saves on {name})")
-        resume = f". Resume with: {trainer.resume_hint}" if path else ""
-        trainer.console.warning(f"{name} received{' after the last step' if finished else ''}: {saved}{resume}")
+        if finished:
+            what = "received after the last step: the run stops before writing its results"
+        elif path:
+            what = f"received: saved a resumable checkpoint at step {trainer.step} to {path}"
+        else:
+            what = (f"received: the run stops after step {trainer.step} without a checkpoint "
+                    f"(no AutoCheckpointHook saves on {name})")
+        trainer.console.warning(f"{name} {what}" + (f". Resume with: {trainer.resume_hint}" if path else ""))
         raise RunInterrupted(stop, path)
     if snapshot:
         name = signal.Signals(interrupts.SNAPSHOT_SIGNAL).name
@@ -71,7 +75,8 @@ def _act(trainer: Trainer, stop: Optional[int], snapshot: bool, finished: bool =
         if path:
             trainer.console.info(f"{name}: saved a snapshot at step {trainer.step} to {path}; training goes on")
         else:
-            trainer.console.warning(f"{name} received: no AutoCheckpointHook saves snapshots in this run; training goes on")
+            trainer.console.warning(f"{name} received: no AutoCheckpointHook saves snapshots in this run; "
+                                    "training goes on")
 
 
 def _save(trainer: Trainer, signum: int, finished: bool) -> Optional[Path]:
