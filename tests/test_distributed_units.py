@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import traceback
 
 import pytest
@@ -222,13 +223,46 @@ def _memory_readings(ctx):
     return ctx.max_over_ranks([16384.0, 1.5e8 + 1e6 * ctx.rank])
 
 
+def test_a_stop_signal_on_one_rank_stops_both_even_beside_a_snapshot_on_the_other(two_ranks):
+    for signum, checkpoint, said in two_ranks["signals"]:
+        assert (signum, checkpoint) == (signal.SIGINT, None)
+        assert said == ["SIGINT received: the run stops after step 7 without a checkpoint "
+                        "(no AutoCheckpointHook saves on SIGINT)"]
+
+
 def test_memory_readings_are_the_largest_over_the_ranks(two_ranks):
     assert two_ranks["memory"] == [[16384.0, 1.51e8]] * 2  # both ranks fit and cap from the same numbers
 
 
+def _signals(ctx):
+    """SIGUSR1 on rank 0 and SIGINT on rank 1 before the same gradient exchange: each rides in its
+    own slot, and every rank stops after the step (the snapshot asked on rank 0 does not hide the stop)."""
+    import signal
+    from types import SimpleNamespace
+
+    from splattrain import interrupts
+    from splattrain.engine import signals
+
+    said = []
+    trainer = SimpleNamespace(dist=ctx, hooks=SimpleNamespace(hooks=[]), step=7, resume_hint="-",
+                              console=SimpleNamespace(info=said.append, warning=said.append))
+    param = torch.nn.Parameter(torch.zeros(2))
+    param.grad = torch.ones(2)
+    with interrupts.during_run():
+        os.kill(os.getpid(), signal.SIGUSR1 if ctx.rank == 0 else signal.SIGINT)
+        signals.before_exchange(trainer)
+        ctx.sync_gradients({"p": torch.optim.Adam([param])}, {"loss": torch.tensor(1.0)})
+        try:
+            signals.after_step(trainer)
+        except interrupts.RunInterrupted as stopped:
+            return stopped.signum, stopped.checkpoint, said
+    return None
+
+
 def _everything(ctx):
     return {"gradients": _gradients_and_losses(ctx), "early": _early_exchange(ctx), "statistics": _statistics(ctx), "mcmc": _mcmc_relocation(ctx),
-            "check": _check(ctx), "memory": _memory_readings(ctx)}
+            "check": _check(ctx), "memory": _memory_readings(ctx),
+            "signals": _signals(ctx)}
 
 
 @pytest.fixture(scope="module")
