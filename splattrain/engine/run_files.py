@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
@@ -70,7 +71,7 @@ def check_run_dir(trainer: "DefaultTrainer", resume: Optional[str | Path], overw
     foreign = foreign_entries(trainer.run_dir)
     if resume is not None:
         _refuse_foreign(trainer, foreign, "resume")
-        _refuse_links(trainer.run_dir)
+        _refuse_links(trainer.run_dir, trainer.checkpoint_dir)
         trainer.run_id = read_run_id(trainer.run_dir)
         path, checkpoint = checkpointing.read_checkpoint(trainer, resume)
         check_checkpoint_run(checkpoint, path, trainer.run_id)
@@ -92,7 +93,7 @@ def check_run_dir(trainer: "DefaultTrainer", resume: Optional[str | Path], overw
         )
     else:
         _refuse_foreign(trainer, foreign, "fit")
-    _refuse_links(trainer.run_dir)
+    _refuse_links(trainer.run_dir, trainer.checkpoint_dir)
     trainer.run_id = new_run_id()
     return None
 
@@ -107,12 +108,21 @@ def _refuse_foreign(trainer: "DefaultTrainer", foreign: List[str], what: str) ->
                             f"({len(foreign)} entries: {shown}); {hint}choose another output_dir")
 
 
-def _refuse_links(run_dir: Path) -> None:
-    """Files a run appends to must not be symbolic links (they would be written through)."""
+def _refuse_links(run_dir: Path, checkpoint_dir: Path) -> None:
+    """Files a run appends to must not be symbolic links, nor may any folder inside the run (or
+    checkpoint) folder: files would be written through them, into the folders they point at."""
     for name in APPENDED_FILES:
         if (run_dir / name).is_symlink():
             raise RunDirectoryError(f"'{run_dir / name}' is a symbolic link; splattrain writes its run files only "
                                     "as regular files, never through a link: remove it")
+    for folder in (run_dir, checkpoint_dir):
+        for parent, folders, files in os.walk(folder):  # links to folders are listed, not followed
+            for name in folders + files:
+                path = Path(parent) / name
+                if path.is_symlink() and not path.is_file():  # a link to a folder, or to nothing
+                    raise RunDirectoryError(f"'{path}' is a symbolic link to a folder (or to nothing); splattrain "
+                                            "writes its run files only into real folders, never through a link: "
+                                            "remove it")
 
 
 def _inside(folder: Path, run_dir: Path) -> bool:
