@@ -72,6 +72,19 @@ def test_run_files_that_are_symbolic_links_are_refused_not_written_through(tmp_p
         assert files_of(run) == before and (run / name).is_symlink(), name
 
 
+
+@pytest.mark.parametrize("name", ["ply", "ckpt"])
+def test_run_subfolders_that_are_symbolic_links_are_refused_not_written_through(tmp_path, trained, name):
+    run = copy_run(trained, tmp_path / "run")
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(run / name, elsewhere)  # the folder's content stays readable through the link
+    (run / name).symlink_to(elsewhere, target_is_directory=True)
+    before, outside = files_of(run), files_of(elsewhere)
+    config = write_config(tmp_path, run, steps=4, extra="default_hooks: {checkpoint: {interval: 1}}")
+    result = run_cli("fit", "--config", str(config), "--resume", "--quiet")
+    assert_one_line_error(result, str(run / name), "symbolic link to a folder")
+    assert files_of(elsewhere) == outside and files_of(run) == before
+
 def test_a_log_link_in_a_fresh_run_is_never_followed(tmp_path):
     from splattrain.console import Console
 
