@@ -138,6 +138,7 @@ def test_a_resume_that_fails_changes_nothing_in_the_run_folder(tmp_path, trained
     for name in ("last.pt", "step_000002.pt"):
         (run / "ckpt" / name).unlink()
         save_checkpoint_file(checkpoint, run / "ckpt" / name)
+    (run / ".config.yaml.a8d7f6.tmp").write_text("a killed write")  # removed only once the checks pass
     before = files_of(run)
     config = write_config(tmp_path, run, steps=3, extra="writers: [{type: jsonl}]")
     result = run_cli("fit", "--config", str(config), "--resume", "trainer.max_steps=4")

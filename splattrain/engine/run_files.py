@@ -37,8 +37,8 @@ class SharedRunDir:
 
 def lock_run_dir(trainer: "DefaultTrainer") -> RunLocks | SharedRunDir:
     """Lock the run directory for this process (RunDirectoryError naming the PID holding it), and
-    the checkpoint folder when ``default_hooks.checkpoint.out_dir`` puts it elsewhere, then delete
-    temporaries that a killed process left in them; sets ``trainer.checkpoint_dir``. On ranks other
+    the checkpoint folder when ``default_hooks.checkpoint.out_dir`` puts it elsewhere; sets
+    ``trainer.checkpoint_dir``. On ranks other
     than 0 of a multi-process run nothing is locked (rank 0 holds the locks)."""
     for hook in trainer.hooks.hooks:
         if isinstance(hook, CheckPointHook) and hook.out_dir is not None:
@@ -54,8 +54,6 @@ def lock_run_dir(trainer: "DefaultTrainer") -> RunLocks | SharedRunDir:
         except BaseException:
             lock.release()
             raise
-    for stale in remove_stale_temporaries(trainer.run_dir, trainer.checkpoint_dir):
-        notes.append(f"removed {stale}, left by a process that stopped while writing it")
     trainer.runtime_notes = notes  # shown once log.txt is open
     return lock
 
@@ -130,15 +128,19 @@ def _inside(folder: Path, run_dir: Path) -> bool:
 
 
 def open_run_dir(trainer: "DefaultTrainer") -> WriterGroup:
-    """Create the run directory, start log.txt, write config.yaml, and start the writers
+    """Once every check passed: delete temporaries a killed process left in the run and checkpoint
+    folders, create the run directory, start log.txt, write config.yaml, and start the writers
     (on rank 0; other ranks get no writers)."""
     if not trainer.is_main:
         return WriterGroup([], warn=trainer.console.warning)
+    notes = list(getattr(trainer, "runtime_notes", []))
+    notes += [f"removed {stale}, left by a process that stopped while writing it"
+              for stale in remove_stale_temporaries(trainer.run_dir, trainer.checkpoint_dir)]
     trainer.run_dir.mkdir(parents=True, exist_ok=True)
     if getattr(trainer, "run_id", None) and read_run_id(trainer.run_dir) != trainer.run_id:
         write_run_id(trainer.run_dir, trainer.run_id)
     trainer.console.open_log(trainer.run_dir / "log.txt")
-    for note in getattr(trainer, "runtime_notes", []):
+    for note in notes:
         trainer.console.info(note)
     text = config_to_yaml(trainer.cfg)
     atomic_write_text(trainer.run_dir / "config.yaml", text)
