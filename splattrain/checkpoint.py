@@ -43,11 +43,12 @@ def save_checkpoint_file(state: Dict[str, Any], path: str | Path) -> None:
                        "payload": torch.frombuffer(payload, dtype=torch.uint8)}, path)
 
 
-def _safe_load(source: Any, path: Path, what: str) -> Any:
+def _safe_load(source: Any, path: Path, what: str, mmap: bool = False) -> Any:
     """``torch.load(weights_only=True)``: tensors, numbers, strings, lists, tuples and dicts only,
-    so loading never runs code; anything else is refused naming the object it would have built."""
+    so loading never runs code; anything else is refused naming the object it would have built.
+    With ``mmap`` (a file) tensors stay in the file until read."""
     try:
-        return torch.load(source, map_location="cpu", weights_only=True)
+        return torch.load(source, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as err:
         unsafe = _UNSAFE_GLOBAL.search(str(err))
         if unsafe:
@@ -66,14 +67,15 @@ _MARKER = FORMAT.rsplit("/", 1)[0].encode("ascii")
 _HEADER_START = 1 << 12  # the format entry comes first in the header pickle
 
 
-def _check_zip(source: Any, size: int, path: Path, what: str, header: bool) -> None:
+def _check_zip(source: Any, size: int, path: Path, what: str, header: bool) -> bool:
     """Before torch materialises anything: a torch zip's members are stored uncompressed (as
     torch writes them) and fit in its ``size`` bytes, so loading needs no more memory than the
-    file; the ``header`` pickle names the checkpoint format in its first bytes."""
+    file; the ``header`` pickle names the checkpoint format in its first bytes. False when
+    ``source`` is no zip archive (torch's legacy format)."""
     try:
         archive = zipfile.ZipFile(source)
     except (zipfile.BadZipFile, OSError, ValueError):
-        return  # not a zip: torch.load reports it
+        return False  # not a zip: torch.load reports it
     with archive:
         members = archive.infolist()
         for member in members:
@@ -88,6 +90,7 @@ def _check_zip(source: Any, size: int, path: Path, what: str, header: bool) -> N
             pickles = [m for m in members if m.filename.endswith("/data.pkl")]
             if len(pickles) != 1 or _MARKER not in archive.open(pickles[0]).read(_HEADER_START):
                 raise CheckpointError(f"'{path}' is not a splattrain checkpoint (no '{FORMAT}' header)")
+    return True
 
 
 def load_checkpoint_file(path: str | Path) -> Dict[str, Any]:
@@ -100,12 +103,15 @@ def load_checkpoint_file(path: str | Path) -> Dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint '{path}' not found")
-    _check_zip(path, path.stat().st_size, path, "header", header=True)
-    wrapper = _safe_load(path, path, "header")
+    zipped = _check_zip(path, path.stat().st_size, path, "header", header=True)
+    wrapper = _safe_load(path, path, "header", mmap=zipped)  # the payload stays in the file while it is hashed
     if not isinstance(wrapper, dict) or wrapper.get("format") not in READ_FORMATS:
         raise CheckpointError(f"'{path}' is not a splattrain checkpoint (no '{FORMAT}' header)")
     payload = wrapper.get("payload")
-    if isinstance(payload, torch.Tensor) and payload.dtype == torch.uint8 and payload.dim() == 1:
+    if isinstance(payload, torch.Tensor):
+        if not (payload.dtype == torch.uint8 and payload.dim() == 1 and payload.layout == torch.strided
+                and payload.is_contiguous() and payload.untyped_storage().nbytes() == payload.numel()):
+            raise CheckpointError(f"checkpoint '{path}' is corrupted (its payload is not one string of bytes)")
         payload = payload.numpy()  # hashed and read in place
     if not isinstance(payload, (bytes, np.ndarray)) or hashlib.sha256(payload).hexdigest() != wrapper.get("sha256"):
         raise CheckpointError(f"checkpoint '{path}' is corrupted (checksum mismatch)")
@@ -113,7 +119,34 @@ def load_checkpoint_file(path: str | Path) -> Dict[str, Any]:
     state = _safe_load(io.BytesIO(payload), path, "payload")
     if not isinstance(state, dict):
         raise CheckpointError(f"checkpoint '{path}' holds no state dict")
+    _check_tensor_sizes(state, len(payload), path)
     return state
+
+
+def _check_tensor_sizes(state: Dict[str, Any], payload_bytes: int, path: Path) -> None:
+    """Every tensor holds its own elements: a tensor whose elements repeat its storage (a zero
+    stride, overlapping views) would take far more memory than the file once anything reads it.
+    Together the tensors take at most twice the payload (two entries may share a storage)."""
+    total, stack = 0, [("state", state)]
+    while stack:
+        entry, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((f"{entry}.{key}", item) for key, item in value.items())
+        elif isinstance(value, (list, tuple)):
+            stack.extend((f"{entry}[{index}]", item) for index, item in enumerate(value))
+        elif isinstance(value, torch.Tensor):
+            if value.layout != torch.strided:
+                raise CheckpointError(f"checkpoint '{path}': {entry[6:]} is a {value.layout} tensor, not a dense one")
+            if value.device.type == "meta":
+                raise CheckpointError(f"checkpoint '{path}': {entry[6:]} is a tensor without data (device meta)")
+            size, stored = value.numel() * value.element_size(), value.untyped_storage().nbytes()
+            if size > stored - value.storage_offset() * value.element_size():
+                raise CheckpointError(f"checkpoint '{path}': {entry[6:]} of shape {list(value.shape)} repeats the "
+                                      f"{stored} bytes it holds; it is not a splattrain checkpoint")
+            total += size
+    if total > 2 * payload_bytes:
+        raise CheckpointError(f"checkpoint '{path}': its tensors take {total} bytes from a {payload_bytes}-byte "
+                              "payload (views repeating the same data); it is not a splattrain checkpoint")
 
 
 def require_keys(checkpoint: Mapping[str, Any], path: str | Path, keys: Sequence[str], purpose: str) -> None:

@@ -29,6 +29,8 @@ Trainer = Any
 
 #: The Gaussian parameters and their shapes after the count N (K: higher-order SH coefficients).
 _PARAM_SHAPES = {"means": (3,), "scales": (3,), "quats": (4,), "opacities": (), "sh0": (1, 3), "shN": ("K", 3)}
+#: The names of the Gaussian parameters.
+PARAM_NAMES = tuple(_PARAM_SHAPES)
 
 
 class _Refuse:
@@ -186,8 +188,12 @@ def _check_strategy(refuse: _Refuse, saved: Any, trainer: Trainer, n: int) -> No
                 tensor = _tensor(refuse, entry, value, dtype=None)
                 if tensor.dim() == 0 or tensor.shape[0] != n or tensor.is_complex():
                     raise refuse(entry, f"is a {tensor.dtype} tensor of shape {list(tensor.shape)}, not {n} real rows")
+        elif _integer(mine) and not _integer(value):
+            raise refuse(entry, f"is {value!r:.60}, not a whole number")
         elif _finite_number(mine) and not _finite_number(value):
-            raise refuse(entry, f"is {value!r}, not a finite number")
+            raise refuse(entry, f"is {value!r:.60}, not a finite number")
+        elif not _finite_number(mine) and type(value) is not type(mine):
+            raise refuse(entry, f"is a {type(value).__name__}, not a {type(mine).__name__}")
 
 
 def _check_rng(refuse: _Refuse, rng: Any) -> None:
@@ -229,7 +235,9 @@ def _check_hooks(refuse: _Refuse, hooks: Any, shapes: Dict[str, tuple]) -> None:
 
     def walk(value: Any, entry: str) -> None:
         if isinstance(value, Mapping):
-            if value and set(value) <= set(shapes) and all(isinstance(v, torch.Tensor) for v in value.values()):
+            if entry.count(".") == 2 and entry.endswith(".training") and not (value and set(value) <= set(shapes)):
+                raise refuse(entry, f"holds {sorted(map(str, value))}, not training weights of Gaussian parameters")
+            if value and set(value) <= set(shapes):
                 for name, tensor in value.items():
                     _tensor(refuse, f"{entry}.{name}", tensor, shapes[name])
                 return

@@ -136,19 +136,30 @@ def test_an_empty_scene_exports_to_valid_empty_files(tmp_path, state):
         assert all(value.shape[0] == 0 for value in params.values()), fmt
 
 
-def test_densification_that_prunes_everything_stops_in_one_line(tmp_path):
+def test_densification_that_prunes_everything_stops_in_one_line_and_keeps_the_last_good_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    config = write_config(tmp_path, run_dir, steps=6)
+    result = run_cli("fit", "--config", str(config), "--quiet", "strategy.prune_opa=0.99", "strategy.refine_start_iter=1",
+                     "strategy.refine_every=2", "strategy.reset_every=1000", "strategy.refine_stop_iter=4",
+                     "default_hooks.checkpoint.interval=1")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    good = run_dir / "ckpt" / "step_000001.pt"
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: step 2: strategy 'default' pruned every Gaussian"), error
+    assert f"its last checkpoint with Gaussians is {good}" in error, error
+    assert sorted(p.name for p in (run_dir / "ckpt").iterdir()) == ["last.pt", "step_000001.pt"]  # no empty rescue
+    assert load_checkpoint_file(run_dir / "ckpt" / "last.pt")["gaussians"]["means"].shape[0] == 100
+    assert load_checkpoint_file(good)["step"] == 1
+
+
+def test_pruning_everything_before_any_checkpoint_says_so(tmp_path):
     run_dir = tmp_path / "run"
     config = write_config(tmp_path, run_dir, steps=6)
     result = run_cli("fit", "--config", str(config), "--quiet", "strategy.prune_opa=0.99", "strategy.refine_start_iter=1",
                      "strategy.refine_every=2", "strategy.reset_every=1000", "strategy.refine_stop_iter=4")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith("error: step 2: strategy 'default' pruned every Gaussian")
-    rescue = run_dir / "ckpt" / "rescue_step_000001.pt"  # a valid checkpoint of no Gaussians
-    from splattrain.checkpoint_schema import check_scene
-
-    state = load_checkpoint_file(rescue)
-    check_scene(state, rescue)
-    assert state["gaussians"]["means"].shape[0] == 0
+    assert result.stderr.strip().splitlines()[-1].endswith("no checkpoint was saved before it"), result.stderr
+    assert not list((run_dir / "ckpt").glob("*.pt"))  # no rescue checkpoint of an empty model
 
 
 # -- the torch zip around a checkpoint ----------------------------------------------------------
@@ -173,3 +184,37 @@ def test_compressed_zip_members_are_refused_before_loading(tmp_path, trained):
     result = subprocess.run([sys.executable, "-m", "splattrain", "export", str(bomb), "--out", str(tmp_path / "x.ply")],
                             cwd=REPO, capture_output=True, text=True, timeout=300, preexec_fn=cap)
     assert_one_line_error(result, str(bomb), "compressed member")
+
+
+def _capped_export(checkpoint: Path, out: Path) -> subprocess.CompletedProcess:
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+
+    return subprocess.run([sys.executable, "-m", "splattrain", "export", str(checkpoint), "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, preexec_fn=cap)
+
+
+def _repeated(state: Dict[str, Any]) -> None:  # 10^8 Gaussians from one stored number each: 2.4 GB to check
+    state["gaussians"] = {k: torch.zeros((1,) * v.dim()).expand(10**8, *v.shape[1:]) for k, v in state["gaussians"].items()}
+
+
+def _shared(state: Dict[str, Any]) -> None:  # one storage seen through 400 entries
+    state["last_metrics"] = {f"copy{i}": state["gaussians"]["shN"] for i in range(400)}
+
+
+@pytest.mark.parametrize("change, expected", [(_repeated, "repeats the 4 bytes"), (_shared, "views repeating")])
+def test_tensors_that_repeat_their_storage_are_refused_before_anything_reads_them(tmp_path, state, change, expected):
+    """Zero-stride expansions (a 50 KB file whose Gaussians take 2.4 GB once checked) and many views
+    of one storage are refused from their sizes, before anything reads them (the child has 1.2 GB)."""
+    crafted = _crafted(tmp_path, state, change)
+    assert crafted.stat().st_size < 1 << 20
+    assert_one_line_error(_capped_export(crafted, tmp_path / "x.ply"), str(crafted), expected)
+    assert not (tmp_path / "x.ply").exists()
+
+
+def test_a_payload_that_is_not_one_string_of_bytes_is_refused_before_hashing(tmp_path):
+    """A header whose payload is one byte repeated 2^31 times: hashing it would read 2 GB."""
+    crafted = tmp_path / "repeated.pt"
+    torch.save({"format": "splattrain-checkpoint/2", "sha256": "0" * 64,
+                "payload": torch.zeros(1, dtype=torch.uint8).expand(1 << 31)}, crafted)
+    assert_one_line_error(_capped_export(crafted, tmp_path / "x.ply"), str(crafted), "not one string of bytes")

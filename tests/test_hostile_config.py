@@ -111,3 +111,29 @@ def test_what_cannot_fit_in_memory_is_refused_with_the_estimate(tmp_path, overri
     line = assert_one_line_error(run_cli("fit", "--config", str(config), "--dry-run", "model.init.type=random", override,
                                          timeout=120), fragment, "of memory")
     assert "GiB" in line
+
+
+def _capped_dry_run(config: Path, *overrides: str) -> subprocess.CompletedProcess:
+    """``fit --dry-run`` (which decodes every image) with 1.2 GB of address space: about 550 MB
+    left once torch is loaded."""
+    def cap() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (1200 << 20, 1200 << 20))
+
+    return subprocess.run([sys.executable, "-m", "splattrain", "fit", "--config", str(config), "--dry-run", *overrides],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, preexec_fn=cap,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_an_image_budget_lets_a_scene_larger_than_memory_load_and_still_refuses_what_cannot_fit(tmp_path):
+    """The demo at 1829x1829: its 58 decoded images need about 800 MB, too many to keep; with
+    data.image_budget_mb the check counts what is kept (one image) and each decoding thread's work."""
+    config = write_config(tmp_path, tmp_path / "run")
+    line = assert_one_line_error(_capped_dry_run(config, "data.num_workers=2", "data.downscale=0.07"),
+                                 "data.downscale=0.07", "58 images", "of memory", "data.image_budget_mb keeps fewer")
+    assert "all kept in memory" in line
+    result = _capped_dry_run(config, "data.num_workers=2", "data.downscale=0.07", "data.image_budget_mb=20")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert_one_line_error(_capped_dry_run(config, "data.num_workers=2", "data.downscale=0.02", "data.image_budget_mb=20"),
+                          "data.downscale=0.02", "kept in memory by data.image_budget_mb=20", "of memory")

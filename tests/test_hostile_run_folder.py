@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from cli_check import assert_one_line_error, files_of, run_cli, trained, write_config  # noqa: F401
@@ -71,6 +72,19 @@ def test_run_files_that_are_symbolic_links_are_refused_not_written_through(tmp_p
         assert files_of(run) == before and (run / name).is_symlink(), name
 
 
+
+@pytest.mark.parametrize("name", ["ply", "ckpt"])
+def test_run_subfolders_that_are_symbolic_links_are_refused_not_written_through(tmp_path, trained, name):
+    run = copy_run(trained, tmp_path / "run")
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(run / name, elsewhere)  # the folder's content stays readable through the link
+    (run / name).symlink_to(elsewhere, target_is_directory=True)
+    before, outside = files_of(run), files_of(elsewhere)
+    config = write_config(tmp_path, run, steps=4, extra="default_hooks: {checkpoint: {interval: 1}}")
+    result = run_cli("fit", "--config", str(config), "--resume", "--quiet")
+    assert_one_line_error(result, str(run / name), "symbolic link to a folder")
+    assert files_of(elsewhere) == outside and files_of(run) == before
+
 def test_a_log_link_in_a_fresh_run_is_never_followed(tmp_path):
     from splattrain.console import Console
 
@@ -124,12 +138,39 @@ def test_a_resume_that_fails_changes_nothing_in_the_run_folder(tmp_path, trained
     for name in ("last.pt", "step_000002.pt"):
         (run / "ckpt" / name).unlink()
         save_checkpoint_file(checkpoint, run / "ckpt" / name)
+    (run / ".config.yaml.a8d7f6.tmp").write_text("a killed write")  # removed only once the checks pass
     before = files_of(run)
     config = write_config(tmp_path, run, steps=3, extra="writers: [{type: jsonl}]")
     result = run_cli("fit", "--config", str(config), "--resume", "trainer.max_steps=4")
     assert result.returncode != 0, result.stdout + result.stderr
     assert files_of(run) == before  # config.yaml not rewritten, log.txt not appended to
     assert sorted(p.name for p in run.iterdir()) == sorted({Path(n).parts[0] for n in before})
+
+
+HOOK_STATES = {  # (hook states from the checkpoint's Gaussians, overrides, what the error names)
+    "logger ema_loss": (lambda g: {"logger": {"ema_loss": "abc"}}, [], "'ema_loss' is 'abc'"),
+    "logger previous_val": (lambda g: {"logger": {"previous_val": [1, 2]}}, [], "'previous_val'"),
+    "ema updates": (lambda g: {"ema": {"updates": 5, "averaged": {"means": g["means"]}}},
+                    ["default_hooks.ema.type=EMAHook"], "'updates'"),
+    "ema foreign weights": (lambda g: {"ema": {"training": {"colour": torch.zeros(1)}}}, [], "hooks.ema.training"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOOK_STATES))
+def test_a_resume_with_a_bad_hook_state_is_refused_before_the_run_folder_changes(tmp_path, trained, case):
+    """Each of these states passed the checks and failed mid-training (or after the run folder opened)."""
+    states, overrides, expected = HOOK_STATES[case]
+    run = copy_run(trained, tmp_path / "run")
+    checkpoint = load_checkpoint_file(run / "ckpt" / "last.pt")
+    checkpoint["hooks"].update(states(checkpoint["gaussians"]))
+    for name in ("last.pt", "step_000002.pt"):
+        (run / "ckpt" / name).unlink()
+        save_checkpoint_file(checkpoint, run / "ckpt" / name)
+    before = files_of(run)
+    config = write_config(tmp_path, run, steps=4, extra="writers: [{type: jsonl}]")
+    result = run_cli("fit", "--config", str(config), "--resume", *overrides)
+    assert_one_line_error(result, str(run / "ckpt" / "last.pt"), expected)
+    assert files_of(run) == before  # config.yaml not rewritten, log.txt not appended to, no rescue checkpoint
 
 
 def test_ranks_do_not_import_modules_from_the_working_directory(tmp_path):

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..config.schema import DataConfig
 from ..errors import DataError
-from .images import image_budget_bytes, image_size, worker_count
+from .images import image_size, worker_count
 from .transforms_json import check_unique, focal_from_angle, frame_file, frame_list, number, read_json, viewmat_from_gl
 from .types import SceneData
 from .views import ViewSpec, load_views, mask_file, mask_folder
@@ -40,7 +40,7 @@ def load_blender(path: str | Path, cfg: Optional[DataConfig] = None) -> SceneDat
     train = _split_views(root / "transforms_train.json", masks)
     test = _split_views(test_file, masks)
     frames = load_views(train + test, cfg.downscale, worker_count(cfg.num_workers),
-                         image_budget_bytes(cfg.image_budget_mb))
+                         cfg.image_budget_mb)
     return SceneData(
         train=frames[: len(train)],
         test=frames[len(train) :],

@@ -11,7 +11,7 @@ from ..config.schema import DataConfig
 from ..errors import DataError
 from .colmap_model import ColmapCamera, ColmapModel, model_files, read_model
 from .distortion import Distortion
-from .images import image_budget_bytes, worker_count
+from .images import worker_count
 from .split import frame_names, held_out
 from .types import SceneData
 from .views import ViewSpec, load_views, mask_file, mask_folder, shrunk_folder
@@ -114,7 +114,7 @@ def load_colmap(path: str | Path, cfg: Optional[DataConfig] = None, model: Optio
         )
     is_test = held_out([i.name for i in images], cfg.test_every, list(cfg.test_images), str(model.images_file))
     frames = load_views(specs, cfg.downscale, worker_count(cfg.num_workers),
-                         image_budget_bytes(cfg.image_budget_mb))
+                         cfg.image_budget_mb)
     has_points = len(model.points) > 0
     if not has_points:
         notes.append(f"colmap: {model.points_file or sparse} has no points; model.init auto starts from random points")

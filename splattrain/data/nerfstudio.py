@@ -11,7 +11,7 @@ from ..config.schema import DataConfig
 from ..errors import DataError
 from ..io.ply import read_ply_vertices
 from .distortion import Distortion
-from .images import image_budget_bytes, image_size, worker_count
+from .images import image_size, worker_count
 from .split import frame_names, held_out
 from .transforms_json import check_unique, frame_file, frame_list, number, read_json, viewmat_from_gl
 from .types import SceneData
@@ -46,7 +46,7 @@ def load_nerfstudio(path: str | Path, cfg: Optional[DataConfig] = None) -> Scene
         notes.append(f"nerfstudio: reading images_{cfg.downscale:g}/ folders for data.downscale={cfg.downscale:g}")
     is_test = held_out(files, cfg.test_every, list(cfg.test_images), str(json_path))
     frames = load_views(specs, cfg.downscale, worker_count(cfg.num_workers),
-                         image_budget_bytes(cfg.image_budget_mb))
+                         cfg.image_budget_mb)
     points, colors = _points(json_path, meta)
     if points is None:
         notes.append("nerfstudio: no sparse points (ply_file_path); model.init auto starts from random points")

@@ -15,7 +15,7 @@ from ..cameras import Camera
 from ..errors import DataError
 from ..io.limits import require_memory
 from .distortion import Distortion, Undistorter
-from .images import parallel_map, read_image, read_mask, resize_image, resize_mask, scaled_size
+from .images import image_budget_bytes, parallel_map, read_image, read_mask, resize_image, resize_mask, scaled_size
 from .types import Frame
 
 
@@ -64,21 +64,19 @@ class _UndistorterCache:
 
 
 def load_views(specs: Sequence[ViewSpec], downscale: float, workers: int,
-               budget_bytes: Optional[int] = None) -> list[Frame]:
+               budget_mb: Optional[float] = None) -> list[Frame]:
     """Decode every view on ``workers`` threads into frames shrunk by ``downscale`` and undistorted;
     refuses (one line, with the estimate) views whose decoded images cannot fit in memory.
 
-    With ``budget_bytes``, the images are kept (uint8) while their sizes add up to at most the
-    budget; each later view is decoded once here (so a bad file stops the load, not the run)
-    and then only when it is used (:meth:`Frame.pixels`).
+    The images are kept (uint8) while their sizes add up to at most ``budget_mb``
+    (``data.image_budget_mb``; None: a quarter of the machine's memory); each later view is
+    decoded once here (so a bad file stops the load, not the run) and then only when it is used
+    (:meth:`Frame.pixels`). The memory needed counts the images kept when ``budget_mb`` is set,
+    every image when it is None (decoding most views on use is slow: a user asks for it).
     """
-    sizes = [scaled_size(*spec.size, downscale) for spec in specs]
-    if sizes:
-        width, height = max(sizes, key=lambda size: size[0] * size[1])
-        require_memory(f"data.downscale={downscale:g}: {len(sizes)} images of up to {width}x{height} pixels",
-                       sum(w * h for w, h in sizes) * 4 + width * height * 4 * 3 * max(1, workers))
+    kept = _views_within(specs, downscale, image_budget_bytes(budget_mb))
+    _require_image_memory(specs, downscale, workers, kept if budget_mb is not None else len(specs), budget_mb)
     cache = _UndistorterCache()
-    kept = _views_within(specs, downscale, budget_bytes)
 
     def load(index: int) -> Frame:
         frame = _load_view(specs[index], downscale, cache)
@@ -88,6 +86,22 @@ def load_views(specs: Sequence[ViewSpec], downscale: float, workers: int,
         return frame
 
     return parallel_map(load, range(len(specs)), workers)
+
+
+def _require_image_memory(specs: Sequence[ViewSpec], downscale: float, workers: int, kept: int,
+                          budget_mb: Optional[float]) -> None:
+    """Refuse views whose images cannot fit in memory: those held (the first ``kept``, 4 bytes a
+    pixel at most) and each decoding thread's work on the largest image (the file, its resized
+    and undistorted copies), which also covers a batch of views decoded again on use."""
+    sizes = [scaled_size(*spec.size, downscale) for spec in specs]
+    if not sizes:
+        return
+    width, height = max(sizes, key=lambda size: size[0] * size[1])
+    held = sum(w * h for w, h in sizes[:kept]) * 4
+    what = f"data.downscale={downscale:g}: {len(sizes)} images of up to {width}x{height} pixels"
+    what += (f" ({kept} kept in memory by data.image_budget_mb={budget_mb:g})" if budget_mb is not None
+             else " (all kept in memory: data.image_budget_mb keeps fewer and decodes the rest when used)")
+    require_memory(what, held + width * height * 4 * 3 * max(1, workers))
 
 
 def _views_within(specs: Sequence[ViewSpec], downscale: float, budget_bytes: Optional[int]) -> int:

@@ -100,7 +100,7 @@ def restore_checkpoint(trainer: "DefaultTrainer", source: str | Path | Tuple[Pat
         if hook.state_key in states:
             try:
                 hook.load_state_dict(states[hook.state_key])
-            except (KeyError, TypeError, ValueError, IndexError) as err:
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
                 raise CheckpointError(f"checkpoint '{path}': the state of hook {hook.state_key!r} does not fit "
                                       f"it ({type(err).__name__}: {err})") from None
     trainer.console.info(f"resumed from {path} at step {trainer.step}")

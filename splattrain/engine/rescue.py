@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import torch
 
-from ..checkpoint import save_checkpoint_file
+from ..checkpoint import save_checkpoint_file, step_checkpoints
 
 if TYPE_CHECKING:  # pragma: no cover
     from .trainer import DefaultTrainer
@@ -39,12 +39,23 @@ def rescue_path(trainer: "DefaultTrainer", step: int) -> Path:
     return trainer.checkpoint_dir / f"rescue_step_{step:06d}.pt"
 
 
+def last_good_checkpoint(trainer: "DefaultTrainer") -> str:
+    """Where the run's newest step checkpoint is (checkpoints always hold Gaussians), as a phrase."""
+    saved = step_checkpoints(trainer.checkpoint_dir)
+    if not saved:
+        return "no checkpoint was saved before it"
+    return f"its last checkpoint with Gaussians is {saved[0]} (resume with --resume {saved[0]})"
+
+
 def save_rescue_checkpoint(trainer: "DefaultTrainer", error: BaseException) -> Optional[Path]:
     """Write ``ckpt/rescue_step_XXXXXX.pt`` of the last completed step, when a step was completed
-    since the run (or its resume) started; returns its path, or None when nothing was saved."""
+    since the run (or its resume) started; returns its path, or None when nothing was saved. A
+    model emptied by pruning is not saved: it is no step's state, and nothing can train from it."""
     completed = trainer.completed_step
     if completed <= trainer.start_step or not getattr(trainer, "is_main", True):
         return None  # nothing trained since the start (its starting point is the rescue); or not rank 0
+    if trainer.model.num_gaussians == 0:
+        return None
     path = rescue_path(trainer, completed)
     unfinished = completed < trainer.step
     current = trainer.step

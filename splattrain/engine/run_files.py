@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
@@ -36,8 +37,8 @@ class SharedRunDir:
 
 def lock_run_dir(trainer: "DefaultTrainer") -> RunLocks | SharedRunDir:
     """Lock the run directory for this process (RunDirectoryError naming the PID holding it), and
-    the checkpoint folder when ``default_hooks.checkpoint.out_dir`` puts it elsewhere, then delete
-    temporaries that a killed process left in them; sets ``trainer.checkpoint_dir``. On ranks other
+    the checkpoint folder when ``default_hooks.checkpoint.out_dir`` puts it elsewhere; sets
+    ``trainer.checkpoint_dir``. On ranks other
     than 0 of a multi-process run nothing is locked (rank 0 holds the locks)."""
     for hook in trainer.hooks.hooks:
         if isinstance(hook, CheckPointHook) and hook.out_dir is not None:
@@ -53,8 +54,6 @@ def lock_run_dir(trainer: "DefaultTrainer") -> RunLocks | SharedRunDir:
         except BaseException:
             lock.release()
             raise
-    for stale in remove_stale_temporaries(trainer.run_dir, trainer.checkpoint_dir):
-        notes.append(f"removed {stale}, left by a process that stopped while writing it")
     trainer.runtime_notes = notes  # shown once log.txt is open
     return lock
 
@@ -70,7 +69,7 @@ def check_run_dir(trainer: "DefaultTrainer", resume: Optional[str | Path], overw
     foreign = foreign_entries(trainer.run_dir)
     if resume is not None:
         _refuse_foreign(trainer, foreign, "resume")
-        _refuse_links(trainer.run_dir)
+        _refuse_links(trainer.run_dir, trainer.checkpoint_dir)
         trainer.run_id = read_run_id(trainer.run_dir)
         path, checkpoint = checkpointing.read_checkpoint(trainer, resume)
         check_checkpoint_run(checkpoint, path, trainer.run_id)
@@ -92,7 +91,7 @@ def check_run_dir(trainer: "DefaultTrainer", resume: Optional[str | Path], overw
         )
     else:
         _refuse_foreign(trainer, foreign, "fit")
-    _refuse_links(trainer.run_dir)
+    _refuse_links(trainer.run_dir, trainer.checkpoint_dir)
     trainer.run_id = new_run_id()
     return None
 
@@ -107,12 +106,21 @@ def _refuse_foreign(trainer: "DefaultTrainer", foreign: List[str], what: str) ->
                             f"({len(foreign)} entries: {shown}); {hint}choose another output_dir")
 
 
-def _refuse_links(run_dir: Path) -> None:
-    """Files a run appends to must not be symbolic links (they would be written through)."""
+def _refuse_links(run_dir: Path, checkpoint_dir: Path) -> None:
+    """Files a run appends to must not be symbolic links, nor may any folder inside the run (or
+    checkpoint) folder: files would be written through them, into the folders they point at."""
     for name in APPENDED_FILES:
         if (run_dir / name).is_symlink():
             raise RunDirectoryError(f"'{run_dir / name}' is a symbolic link; splattrain writes its run files only "
                                     "as regular files, never through a link: remove it")
+    for folder in (run_dir, checkpoint_dir):
+        for parent, folders, files in os.walk(folder):  # links to folders are listed, not followed
+            for name in folders + files:
+                path = Path(parent) / name
+                if path.is_symlink() and not path.is_file():  # a link to a folder, or to nothing
+                    raise RunDirectoryError(f"'{path}' is a symbolic link to a folder (or to nothing); splattrain "
+                                            "writes its run files only into real folders, never through a link: "
+                                            "remove it")
 
 
 def _inside(folder: Path, run_dir: Path) -> bool:
@@ -120,15 +128,19 @@ def _inside(folder: Path, run_dir: Path) -> bool:
 
 
 def open_run_dir(trainer: "DefaultTrainer") -> WriterGroup:
-    """Create the run directory, start log.txt, write config.yaml, and start the writers
+    """Once every check passed: delete temporaries a killed process left in the run and checkpoint
+    folders, create the run directory, start log.txt, write config.yaml, and start the writers
     (on rank 0; other ranks get no writers)."""
     if not trainer.is_main:
         return WriterGroup([], warn=trainer.console.warning)
+    notes = list(getattr(trainer, "runtime_notes", []))
+    notes += [f"removed {stale}, left by a process that stopped while writing it"
+              for stale in remove_stale_temporaries(trainer.run_dir, trainer.checkpoint_dir)]
     trainer.run_dir.mkdir(parents=True, exist_ok=True)
     if getattr(trainer, "run_id", None) and read_run_id(trainer.run_dir) != trainer.run_id:
         write_run_id(trainer.run_dir, trainer.run_id)
     trainer.console.open_log(trainer.run_dir / "log.txt")
-    for note in getattr(trainer, "runtime_notes", []):
+    for note in notes:
         trainer.console.info(note)
     text = config_to_yaml(trainer.cfg)
     atomic_write_text(trainer.run_dir / "config.yaml", text)

@@ -156,11 +156,12 @@ def remove_stale_temporaries(*folders: Path) -> list[Path]:
     """Delete the temporaries of run files (:data:`STALE_TEMPORARY`) an atomic write left behind
     when its process died; other files, whatever their name, are left alone.
 
-    Call it only while holding the run's lock: no other process can be writing them.
+    Call it only while holding the run's lock: no other process can be writing them. A folder
+    that is a symbolic link is left alone (the run refuses it).
     """
     removed = []
     for folder in folders:
-        if folder.is_dir():
+        if folder.is_dir() and not folder.is_symlink():
             for stale in folder.glob(".*.tmp"):
                 if STALE_TEMPORARY.match(stale.name) and stale.is_file() and not stale.is_symlink():
                     stale.unlink()

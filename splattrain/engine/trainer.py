@@ -276,9 +276,10 @@ class DefaultTrainer:
         return outputs
 
     def _check_not_empty(self, step: int) -> None:
-        if self.model.num_gaussians == 0:
+        if self.model.num_gaussians == 0:  # no rescue checkpoint: the emptied model is no step's state
             raise UserError(f"step {step}: strategy {self.cfg.strategy.get('type', 'default')!r} pruned every "
-                            "Gaussian, nothing is left to train; relax its pruning settings (strategy.prune_opa)")
+                            "Gaussian, nothing is left to train; relax its pruning settings (strategy.prune_opa); "
+                            + rescue.last_good_checkpoint(self))
 
     def _validation_due(self, step: int) -> bool:
         interval = self.step_settings.val_interval

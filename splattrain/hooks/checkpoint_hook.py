@@ -11,6 +11,7 @@ from ..errors import ConfigError
 from ..io.gaussians_file import FORMATS, write_gaussians_file
 from ..io.ply import write_ply
 from ..registry import HOOKS
+from . import state as state_values
 from .base import Hook, Priority
 
 _GREATER_IS_BETTER = {"psnr": True, "ssim": True, "lpips": False}
@@ -131,8 +132,8 @@ class CheckPointHook(Hook):
         return {"best_value": self.best_value, "best_step": self.best_step}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.best_value = state.get("best_value")
-        self.best_step = state.get("best_step")
+        self.best_value = state_values.number(state, "best_value", None, optional=True)
+        self.best_step = state_values.whole(state, "best_step", None, optional=True, minimum=0)
 
 
 #: What a published checkpoint keeps: enough to evaluate, render and export.

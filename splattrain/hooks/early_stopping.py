@@ -6,6 +6,7 @@ from typing import Any, Dict, Optional, Union
 
 from ..errors import ConfigError
 from ..registry import HOOKS
+from . import state as state_values
 from .base import Hook, Priority
 from .trainer_api import Trainer
 
@@ -79,5 +80,7 @@ class EarlyStoppingHook(Hook):
                 "last_step": self.last_step}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.best, self.best_step = state.get("best"), int(state.get("best_step", 0))
-        self.bad_validations, self.last_step = int(state.get("bad_validations", 0)), int(state.get("last_step", -1))
+        self.best = state_values.number(state, "best", None, optional=True)
+        self.best_step = state_values.whole(state, "best_step", 0, minimum=0)
+        self.bad_validations = state_values.whole(state, "bad_validations", 0, minimum=0)
+        self.last_step = state_values.whole(state, "last_step", -1, minimum=-1)

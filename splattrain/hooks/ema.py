@@ -7,8 +7,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import torch
 from torch import Tensor
 
+from ..checkpoint_schema import PARAM_NAMES
 from ..errors import ConfigError
 from ..registry import HOOKS
+from . import state as state_values
 from .base import Hook, Priority
 
 VARIANTS = ("ema", "swa", "momentum_annealing")
@@ -191,6 +193,18 @@ class EMAHook(Hook):
         return {"averaged": dict(self.averaged), "updates": self.updates}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Check ``state`` now (so a bad one is refused before the run starts); it is applied once
+        the model is restored (``after_load_checkpoint``)."""
+        if state:
+            weights = state_values.tensors(state, "training" if "training" in state else "averaged")
+            unknown = sorted(set(weights) - set(PARAM_NAMES))
+            if unknown:
+                raise ValueError(f"it averages {unknown}, which are not Gaussian parameters")
+            updates = state.get("updates")
+            rows = {len(value) for value in weights.values() if value.dim() > 0}
+            if not (isinstance(updates, torch.Tensor) and updates.dim() == 1 and updates.is_floating_point()
+                    and rows == {len(updates)} and bool(torch.isfinite(updates).all())):
+                raise ValueError("'updates' is not a finite floating-point tensor of one count per Gaussian")
         self._loaded = state
 
     @torch.no_grad()

@@ -9,6 +9,7 @@ import torch
 
 from ..errors import ConfigError
 from ..registry import HOOKS
+from . import state as state_values
 from .base import Hook, Priority
 
 MODES = ("pre_defined", "average", "moving_average")
@@ -173,5 +174,7 @@ class GradClipHook(Hook):
         return {"count": self.count, "total": self.total, "average": self.average, "clipped": self.clipped}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self._history = {"count": int(state["count"]), "total": float(state["total"]),
-                         "average": state["average"], "clipped": int(state["clipped"])}
+        self._history = {"count": state_values.whole(state, "count", minimum=0),
+                         "total": state_values.number(state, "total"),
+                         "average": state_values.number(state, "average", optional=True),
+                         "clipped": state_values.whole(state, "clipped", minimum=0)}

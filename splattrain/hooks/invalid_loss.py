@@ -9,6 +9,7 @@ import torch
 
 from ..errors import ConfigError
 from ..registry import HOOKS
+from . import state as state_values
 from .base import Hook, Priority
 
 POLICIES = ("raise", "skip")
@@ -78,7 +79,7 @@ class CheckInvalidLossHook(Hook):
         return {"skips": self.skips} if self.skips else {}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.skips = int(state.get("skips", 0))
+        self.skips = state_values.whole(state, "skips", 0, minimum=0)
 
 
 @torch.no_grad()

@@ -11,6 +11,7 @@ import torch
 from ..console import ProgressLogger, validation_table
 from ..registry import HOOKS
 from ..writers.grids import validation_grid
+from . import state as state_values
 from .base import Hook, Priority
 
 
@@ -193,6 +194,6 @@ class LogHook(Hook):
         return state
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.ema_loss = state.get("ema_loss")
+        self.ema_loss = state_values.number(state, "ema_loss", None, optional=True)
         self._ema_tensor = None
-        self.previous_val = dict(state.get("previous_val", {}))
+        self.previous_val = state_values.number_map(state, "previous_val", {})

@@ -10,6 +10,7 @@ import torch
 
 from ..errors import ConfigError
 from ..registry import HOOKS
+from . import state as state_values
 from .base import Hook, Priority
 
 _MB = 1024.0 * 1024.0
@@ -275,8 +276,11 @@ class MemoryBudgetHook(Hook):
                 "run_peak": self.run_peak}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.samples = [tuple(s) for s in state["samples"]]
-        self.base, self.per_gaussian = state["base"], state["per_gaussian"]
-        self.per_pixel, self.pixels = state.get("per_pixel", PIXEL_BYTES), state.get("pixels", 0)
-        self.cap, self.pruned = state["cap"], state["pruned"]
-        self.run_peak = state.get("run_peak", 0.0)
+        self.samples = [(int(g), int(p), float(m)) for g, p, m in state_values.rows(state, "samples", 3)]
+        self.base = state_values.number(state, "base", optional=True)
+        self.per_gaussian = state_values.number(state, "per_gaussian", optional=True)
+        self.per_pixel = state_values.number(state, "per_pixel", PIXEL_BYTES)
+        self.pixels = state_values.whole(state, "pixels", 0, minimum=0)
+        self.cap = state_values.whole(state, "cap", optional=True, minimum=1)
+        self.pruned = state_values.whole(state, "pruned", minimum=0)
+        self.run_peak = state_values.number(state, "run_peak", 0.0)
