@@ -45,7 +45,7 @@ def processed(tmp_path_factory) -> tuple[Path, Path, subprocess.CompletedProcess
 
 def test_photos_become_a_scene_in_the_standard_layout(processed) -> None:
     from splattrain.data.colmap import load_colmap
-    from splattrain.data.images import scaled_size
+    from splattrain.data.images import resize_image, scaled_size
 
     photos, scene, result = processed
     summary = json.loads((scene / "colmap" / "summary.json").read_text())
@@ -60,22 +60,53 @@ def test_photos_become_a_scene_in_the_standard_layout(processed) -> None:
         for name in names:
             big, small = Image.open(scene / "images" / name), Image.open(scene / f"images_{factor}" / name)
             assert small.size == scaled_size(*big.size, factor)
+    # the shrunk photos are what the reader would make at load, up to a near-lossless JPEG
+    photo = np.asarray(Image.open(scene / "images" / "1.jpg").convert("RGB"))
+    at_load = resize_image(photo, scaled_size(photo.shape[1], photo.shape[0], 4)).astype(np.float64)
+    written = np.asarray(Image.open(scene / "images_4" / "1.jpg").convert("RGB"), np.float64)
+    assert 10 * np.log10(255.0**2 / ((at_load - written) ** 2).mean()) > 50
     data = load_colmap(scene)  # splattrain's own reader: pinhole cameras, every image used
     assert len(data.train) + len(data.test) == 8
     assert data.points is not None and len(data.points) == summary["points"]
 
 
-def test_the_cameras_are_pinhole_and_the_lens_was_undistorted(processed) -> None:
+def test_each_photo_gets_its_own_pinhole_camera_and_is_copied_as_it_is(processed) -> None:
     pycolmap = pytest.importorskip("pycolmap")
-    _, scene, result = processed
+    photos, scene, result = processed
     model = pycolmap.Reconstruction(scene / "sparse" / "0")
-    assert {c.model.name for c in model.cameras.values()} <= {"PINHOLE", "SIMPLE_PINHOLE"}
+    assert len(model.cameras) == 8 and len({image.camera_id for image in model.images.values()}) == 8
+    assert {c.model.name for c in model.cameras.values()} == {"SIMPLE_PINHOLE"}
     summary = json.loads((scene / "colmap" / "summary.json").read_text())
+    assert summary["options"]["camera"] == "per-image" and summary["options"]["camera_model"] == "SIMPLE_PINHOLE"
+    assert not summary["undistorted"] and summary["max_distortion_px"] < 1e-6
+    assert "per-image camera (SIMPLE_PINHOLE)" in result.stdout and "copied as they are" in result.stdout
+    assert (scene / "images" / "1.jpg").read_bytes() == (photos / "1.jpg").read_bytes()
+
+
+def test_one_shared_camera_fits_the_lens_and_the_photos_are_undistorted(tmp_path: Path) -> None:
+    pycolmap = pytest.importorskip("pycolmap")
+    photos = cup_photos(tmp_path / "photos", range(1, 9))
+    scene = tmp_path / "scene"
+    result = run_cli("process", str(photos), str(scene), "--camera", "single")
+    assert result.returncode == 0, result.stdout + result.stderr
+    model = pycolmap.Reconstruction(scene / "sparse" / "0")
+    assert len(model.cameras) == 1 and {c.model.name for c in model.cameras.values()} <= {"PINHOLE", "SIMPLE_PINHOLE"}
+    summary = json.loads((scene / "colmap" / "summary.json").read_text())
+    assert summary["options"]["camera_model"] == "SIMPLE_RADIAL"
     # a phone lens: SIMPLE_RADIAL moves the border by several pixels, so the photos were resampled
     assert summary["undistorted"] and summary["max_distortion_px"] > 0.5
     assert "undistorted to pinhole" in result.stdout
     camera = next(iter(model.cameras.values()))
     assert Image.open(scene / "images" / "1.jpg").size == (camera.width, camera.height)
+
+
+def test_auto_cameras_are_one_per_photo_and_one_for_a_video() -> None:
+    from splattrain.process.sfm import pick_cameras
+
+    assert pick_cameras("auto", "auto", "images") == ("per-image", "SIMPLE_PINHOLE")
+    assert pick_cameras("auto", "auto", "video") == ("single", "SIMPLE_RADIAL")
+    assert pick_cameras("per-folder", "auto", "images") == ("per-folder", "SIMPLE_RADIAL")
+    assert pick_cameras("auto", "OPENCV", "images") == ("per-image", "OPENCV")
 
 
 def test_fit_trains_the_processed_scene(processed, tmp_path: Path) -> None:
@@ -141,6 +172,7 @@ def test_video_frames_keep_the_sharpest_and_become_a_scene(tmp_path: Path) -> No
         assert error < 4.0, (frame.name, error)
     summary = json.loads((tmp_path / "scene" / "colmap" / "summary.json").read_text())
     assert summary["registered"] >= 8 and summary["options"]["matcher"] == "sequential"
+    assert summary["options"]["camera"] == "single"  # one lens, one zoom: one camera for the frames
     assert len(list((tmp_path / "scene" / "images_4").iterdir())) == summary["registered"]
 
 

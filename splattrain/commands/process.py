@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 import argparse
 from typing import Any, Dict, List, Tuple
@@ -17,7 +17,8 @@ from ..process.display import Stage
 from ..process.frames import FrameOptions, extract_frames
 from ..process.inputs import input_kind, list_images
 from ..process.layout import DISTORTION_TOLERANCE_PX, OUTPUTS, needs_undistortion, write_downscaled, write_scene
-from ..process.sfm import SfmOptions, extract, left_out, map_scene, match, pairs_to_match, pick_device, pick_matcher
+from ..process.sfm import (SfmOptions, extract, left_out, map_scene, match, pairs_to_match, pick_cameras, pick_device,
+                           pick_matcher)
 
 #: Folder inside OUTPUT for the database, the raw models, video frames and COLMAP's log.
 WORK = "colmap"
@@ -84,6 +85,8 @@ def process(input_path: str, output_path: str, console: Console, sfm: SfmOptions
     require("pycolmap")
     src, out = Path(input_path), Path(output_path)
     kind = input_kind(src)
+    camera, camera_model = pick_cameras(sfm.camera, sfm.camera_model, kind)
+    sfm = replace(sfm, camera=camera, camera_model=camera_model)
     work = _check_output(src, out)
     _log_to(work)
     device, why = pick_device(sfm.device)

@@ -24,9 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--matcher", choices=MATCHERS, default="auto",
                         help="image pairs to match (auto: sequential for a video, exhaustive for photos)")
     parser.add_argument("--mapper", choices=MAPPERS, default="incremental", help="incremental or global (GLOMAP) mapping")
-    parser.add_argument("--camera", choices=list(CAMERA_MODES), default="single",
-                        help="one camera for all images, one per sub-folder, or one per image")
-    parser.add_argument("--camera-model", choices=CAMERA_MODELS, default="SIMPLE_RADIAL", help="lens model to fit")
+    parser.add_argument("--camera", choices=["auto", *CAMERA_MODES], default="auto",
+                        help="one camera for all images, one per sub-folder, or one per image "
+                             "(auto: one per photo, one for a video's frames)")
+    parser.add_argument("--camera-model", choices=["auto", *CAMERA_MODELS], default="auto",
+                        help="lens model to fit (auto: SIMPLE_PINHOLE per image, SIMPLE_RADIAL for a shared camera)")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                         help="where SIFT runs (auto: the GPU when this pycolmap has CUDA)")
     parser.add_argument("--frames", type=int, default=DEFAULT_FRAMES, metavar="N",

@@ -32,8 +32,8 @@ class SfmOptions:
 
     matcher: str = "auto"
     mapper: str = "incremental"
-    camera: str = "single"
-    camera_model: str = "SIMPLE_RADIAL"
+    camera: str = "auto"
+    camera_model: str = "auto"
     device: str = "auto"
 
 
@@ -54,6 +54,19 @@ def pick_matcher(choice: str, kind: str) -> str:
     if choice != "auto":
         return choice
     return "sequential" if kind == "video" else "exhaustive"
+
+
+def pick_cameras(camera: str, camera_model: str, kind: str) -> Tuple[str, str]:
+    """(camera mode, lens model) for the choices: auto gives each photo its own camera (photos
+    may differ in zoom and focus: one focal length each matched the cup's reference poses best)
+    and a video's frames one shared camera (one lens, one zoom); the lens model is
+    SIMPLE_PINHOLE for per-image cameras (a radial term per photo is poorly constrained) and
+    SIMPLE_RADIAL for a shared one."""
+    if camera == "auto":
+        camera = "single" if kind == "video" else "per-image"
+    if camera_model == "auto":
+        camera_model = "SIMPLE_PINHOLE" if camera == "per-image" else "SIMPLE_RADIAL"
+    return camera, camera_model
 
 
 def pairs_to_match(names: List[str], matcher: str) -> List[Tuple[str, str]]:
