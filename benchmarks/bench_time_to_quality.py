@@ -12,7 +12,9 @@ wall time among the runs that reached it: the time a user waits for that quality
 
 With ``--opensplat BINARY`` (a built OpenSplat, CPU), its 2000-step demo run is timed too, the
 two programs taking turns (OpenSplat, then splattrain's shortest run that reaches OpenSplat's
-PSNR, twice), and the ratio of the two wall times printed. Quote figures from a quiet machine.
+test PSNR, twice), and the ratio of the two wall times printed; OpenSplat's scene is scored on
+the demo's test views by splattrain's renderer and metrics (``opensplat_demo.py``). Quote
+figures from a quiet machine.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
+
+import opensplat_demo
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "outputs" / "bench_time_to_quality"
@@ -70,30 +74,30 @@ def report(scene: str, runs: List[Dict[str, float]], targets: Sequence[float]) -
 
 
 def opensplat_side_by_side(binary: Path, runs: List[Dict[str, float]], extra: Sequence[str]) -> None:
-    """OpenSplat's 2000-step demo run against splattrain's shortest run reaching its PSNR, in turns."""
+    """OpenSplat's 2000-step demo run against splattrain's shortest run reaching its PSNR, in turns
+    (benchmarks/opensplat_demo.py: the same views, starting point count and SH schedule)."""
     out = OUT / "opensplat"
     shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    command = [str(binary), str(REPO / "data" / "demo"), "-n", "2000", "-o", str(out / "splat.ply"),
-               "--val", "--val-render", str(out / "val")]
-    walls = []
-    for _ in range(2):
-        started = time.perf_counter()
-        printed = subprocess.run(command, cwd=out, check=True, capture_output=True, text=True).stdout
-        walls.append(time.perf_counter() - started)
-        psnr = opensplat_psnr(printed)
-        target = time_to([psnr], runs)[psnr] if psnr is not None else None
-        if target is not None:
-            walls.append(fit("demo", int(target["steps"]), extra)["wall"])
-    print(f"\nOpenSplat 2000 steps: {walls[0::2]} s wall; splattrain to the same PSNR: {walls[1::2]} s")
-    if len(walls) == 4:
-        print(f"ratio (OpenSplat / splattrain), per turn: {walls[0] / walls[1]:.1f}, {walls[2] / walls[3]:.1f}")
-
-
-def opensplat_psnr(printed: str) -> Optional[float]:
-    """The last validation PSNR OpenSplat printed (``... PSNR: x``), if any."""
-    values = [float(line.rsplit("PSNR", 1)[1].strip(" :=\t").split()[0]) for line in printed.splitlines() if "PSNR" in line]
-    return values[-1] if values else None
+    project = opensplat_demo.write_project(out / "project")
+    print(f"\nOpenSplat {opensplat_demo.STEPS} steps on the demo, then splattrain to its PSNR, in turns")
+    ratios = []
+    for turn in range(2):
+        trained = out / f"run_{turn}"
+        trained.mkdir()
+        wall = opensplat_demo.train(binary, project, trained)
+        scored = opensplat_demo.score(trained / "splat.ply")
+        print(f"  OpenSplat: {wall:6.1f} s wall, {scored['psnr']:.2f} dB, SSIM {scored['ssim']:.4f}, "
+              f"{scored['gaussians']:,d} Gaussians")
+        target = time_to([scored["psnr"]], runs)[scored["psnr"]]
+        if target is None:
+            print("  splattrain: none of the runs above reached that PSNR")
+            continue
+        ours = fit("demo", int(target["steps"]), extra)
+        ratios.append(wall / ours["wall"])
+        print(f"  splattrain: {ours['wall']:6.1f} s wall ({ours['steps']} steps), {ours['psnr']:.2f} dB; "
+              f"ratio {ratios[-1]:.1f}")
+    if ratios:
+        print(f"ratio (OpenSplat wall / splattrain wall to the same PSNR), per turn: {', '.join(f'{r:.1f}' for r in ratios)}")
 
 
 def main() -> None:
