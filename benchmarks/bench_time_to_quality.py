@@ -2,7 +2,7 @@
 
     python benchmarks/bench_time_to_quality.py [--scene demo|cup|both] [--demo-steps 150 250 500 1000 2000]
         [--cup-steps 500 1000 2000] [--targets 25.5 30 33] [--cup-targets 25 26 27 28 29]
-        [--opensplat BINARY] [dotted.key=value ...]
+        [dotted.key=value ...]
 
 Each run is a fresh process (start-up, scene loading, validation and writing included) with only
 ``trainer.max_steps=N`` set on the scene's preset (``configs/demo.yaml``, ``configs/colmap.yaml``),
@@ -10,11 +10,7 @@ so every step setting follows the run length as a user gets it (docs/real_captur
 steps, wall seconds, training seconds, test PSNR, Gaussians. Then, per target PSNR, the shortest
 wall time among the runs that reached it: the time a user waits for that quality.
 
-With ``--opensplat BINARY`` (a built OpenSplat, CPU), its 2000-step demo run is timed too, the
-two programs taking turns (OpenSplat, then splattrain's shortest run that reaches OpenSplat's
-test PSNR, twice), and the ratio of the two wall times printed; OpenSplat's scene is scored on
-the demo's test views by splattrain's renderer and metrics (``opensplat_demo.py``). Quote
-figures from a quiet machine.
+Quote figures from a quiet machine.
 """
 
 from __future__ import annotations
@@ -27,8 +23,6 @@ import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
-
-import opensplat_demo
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "outputs" / "bench_time_to_quality"
@@ -73,33 +67,6 @@ def report(scene: str, runs: List[Dict[str, float]], targets: Sequence[float]) -
         print(f"  {target:5.1f} dB  {where}")
 
 
-def opensplat_side_by_side(binary: Path, runs: List[Dict[str, float]], extra: Sequence[str]) -> None:
-    """OpenSplat's 2000-step demo run against splattrain's shortest run reaching its PSNR, in turns
-    (benchmarks/opensplat_demo.py: the same views, starting point count and SH schedule)."""
-    out = OUT / "opensplat"
-    shutil.rmtree(out, ignore_errors=True)
-    project = opensplat_demo.write_project(out / "project")
-    print(f"\nOpenSplat {opensplat_demo.STEPS} steps on the demo, then splattrain to its PSNR, in turns")
-    ratios = []
-    for turn in range(2):
-        trained = out / f"run_{turn}"
-        trained.mkdir()
-        wall = opensplat_demo.train(binary, project, trained)
-        scored = opensplat_demo.score(trained / "splat.ply")
-        print(f"  OpenSplat: {wall:6.1f} s wall, {scored['psnr']:.2f} dB, SSIM {scored['ssim']:.4f}, "
-              f"{scored['gaussians']:,d} Gaussians")
-        target = time_to([scored["psnr"]], runs)[scored["psnr"]]
-        if target is None:
-            print("  splattrain: none of the runs above reached that PSNR")
-            continue
-        ours = fit("demo", int(target["steps"]), extra)
-        ratios.append(wall / ours["wall"])
-        print(f"  splattrain: {ours['wall']:6.1f} s wall ({ours['steps']} steps), {ours['psnr']:.2f} dB; "
-              f"ratio {ratios[-1]:.1f}")
-    if ratios:
-        print(f"ratio (OpenSplat wall / splattrain wall to the same PSNR), per turn: {', '.join(f'{r:.1f}' for r in ratios)}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scene", choices=["demo", "cup", "both"], default="both")
@@ -107,15 +74,12 @@ def main() -> None:
     parser.add_argument("--cup-steps", type=int, nargs="+", default=[500, 1000, 2000])
     parser.add_argument("--targets", type=float, nargs="+", default=[25.5, 30.0, 33.0])
     parser.add_argument("--cup-targets", type=float, nargs="+", default=[25.0, 26.0, 27.0, 28.0, 29.0])
-    parser.add_argument("--opensplat", type=Path, help="an OpenSplat binary to time side by side on the demo")
     args, extra = parser.parse_known_args()
     with open("/proc/loadavg") as f:
         print(f"load average at start {f.read().split()[0]}")
     if args.scene in ("demo", "both"):
         runs = [fit("demo", steps, extra) for steps in args.demo_steps]
         report("demo", runs, args.targets)
-        if args.opensplat:
-            opensplat_side_by_side(args.opensplat, runs, extra)
     if args.scene in ("cup", "both"):
         report("cup", [fit("cup", steps, extra) for steps in args.cup_steps], args.cup_targets)
 
