@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 SPLATTRAIN_SETUP=test source scripts/setup.sh
-python -m pytest -q "$@"
+python -m pytest -q -n 2 --dist loadfile "$@"

@@ -10,6 +10,15 @@ REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "data" / "demo"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """With test workers (pytest-xdist), compile the CPU rasterizer once, before they start,
+    rather than in every worker at once."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        from splattrain.render.cpu.build import load_library
+
+        load_library()
+
+
 @pytest.fixture
 def write_config(tmp_path: Path):
     """Write a YAML config into tmp_path and return its path."""
