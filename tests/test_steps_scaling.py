@@ -26,7 +26,7 @@ def test_steps_scaler_scales_every_step_setting() -> None:
                              "optim.schedules.scales.milestones=[600,1200]"])
     assert cfg.trainer.max_steps == 1000
     s = cfg.strategy
-    assert (s.refine_start_iter, s.refine_stop_iter, s.refine_every, s.reset_every) == (100, 750, 25, 500)
+    assert (s.refine_start_iter, s.refine_stop_iter, s.refine_every, s.reset_every) == (100, 750, 50, 500)
     assert s.pause_refine_after_reset == 0 and s.refine_scale2d_stop_iter == 0  # zero stays off
     assert cfg.model.sh_degree_interval == 250 and cfg.trainer.val_interval == 200
     assert list(cfg.optim.schedules.scales.milestones) == [300, 600]
@@ -37,7 +37,7 @@ def test_schedule_steps_makes_settings_follow_max_steps(tmp_path: Path) -> None:
     cfg = load_config(DEMO, ["trainer.max_steps=1000"])  # the preset says: written for 2000 steps
     assert cfg.trainer.max_steps == 1000 and cfg.strategy.reset_every == 500 and cfg.strategy.refine_stop_iter == 750
     # refine_every is a statistics window (views per decision), not a point in the run: it stays
-    assert cfg.strategy.refine_every == 50 and cfg.model.sh_degree_interval == 250
+    assert cfg.strategy.refine_every == 100 and cfg.model.sh_degree_interval == 250
     colmap = load_config(REPO / "configs" / "colmap.yaml", ["data.path=x", "trainer.max_steps=2000"])
     assert (colmap.strategy.refine_every, colmap.strategy.refine_start_iter, colmap.strategy.reset_every) == (100, 143, 857)
     saved = tmp_path / "config.yaml"
