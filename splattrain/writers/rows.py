@@ -4,6 +4,7 @@ the appending of rows to one file in the run directory."""
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Dict, Mapping, Optional
 
@@ -20,7 +21,7 @@ def scalar_row(scalars: Mapping[str, float]) -> Dict[str, Optional[float]]:
     return row
 
 
-class RowFileWriter(Writer):
+class RowFileWriter(Writer, ABC):
     """Appends each logging call's scalars (as :func:`scalar_row`) to ``<run_dir>/<filename>``,
     flushed at once; a subclass writes the row (:meth:`write_row`) and, in a new file, a header."""
 
@@ -39,9 +40,9 @@ class RowFileWriter(Writer):
     def write_header(self) -> None:
         """Start a new, empty file (default: nothing)."""
 
+    @abstractmethod
     def write_row(self, step: int, row: Dict[str, Optional[float]]) -> None:
         """Append ``row`` (tag: value or None) logged at ``step``."""
-        raise NotImplementedError
 
     def write_scalars(self, scalars: Mapping[str, float], step: int) -> None:
         self.write_row(step, scalar_row(scalars))
