@@ -103,7 +103,7 @@ def test_schedule_of_a_long_run_samples_its_curves(tmp_path):
 
 
 @pytest.mark.parametrize("override, fragment", [
-    ("model.init.num_points=30000000", "model.init.num_points=30000000 needs about"),
+    ("model.init.num_points=3000000000", "model.init.num_points=3000000000 needs about"),
     ("data.downscale=0.01", "data.downscale=0.01"),
 ])
 def test_what_cannot_fit_in_memory_is_refused_with_the_estimate(tmp_path, override, fragment):

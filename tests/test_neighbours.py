@@ -1,16 +1,18 @@
-"""The initial scales' nearest-neighbour distances: the k-d tree against brute force."""
+"""The initial scales' nearest-neighbour distances: the k-d tree and the direct path against brute force."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from splattrain import interrupts
 from splattrain.model import neighbours
-from splattrain.model.neighbours import mean_knn_distance
+from splattrain.model.neighbours import knn_memory_bytes, mean_knn_distance
 
 
 def brute_force(points: torch.Tensor, k: int) -> torch.Tensor:
@@ -19,8 +21,15 @@ def brute_force(points: torch.Tensor, k: int) -> torch.Tensor:
     return nearest.mean(dim=1).sqrt()
 
 
+@pytest.fixture(params=["direct", "tree"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs once through each path (the tree: no set is small enough for the direct one)."""
+    monkeypatch.setattr(neighbours, "DIRECT_MAX", 10**9 if request.param == "direct" else 0)
+    return request.param
+
+
 @pytest.mark.parametrize("k", [1, 3, 8])
-def test_matches_brute_force_on_clustered_points(k: int) -> None:
+def test_matches_brute_force_on_clustered_points(k: int, path: str) -> None:
     generator = torch.Generator().manual_seed(k)
     centres = torch.randn(20, 3, generator=generator) * 5
     points = centres[torch.randint(0, 20, (3000,), generator=generator)]
@@ -30,16 +39,18 @@ def test_matches_brute_force_on_clustered_points(k: int) -> None:
     torch.testing.assert_close(got.double(), brute_force(points, k), rtol=1e-5, atol=1e-7)
 
 
-def test_duplicates_small_sets_and_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_duplicates_small_sets_and_chunks(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
     monkeypatch.setattr(neighbours, "QUERY_CHUNK", 7)  # many chunks: each row lands in its place
+    monkeypatch.setattr(neighbours, "DIRECT_BLOCK", 7)
     points = torch.tensor([[0.0, 0, 0], [0, 0, 0], [1, 0, 0], [0, 2, 0], [5, 5, 5]] * 5)
     torch.testing.assert_close(mean_knn_distance(points, k=3).double(), brute_force(points, 3))
     assert mean_knn_distance(points[:1]).tolist() == [1.0]
     torch.testing.assert_close(mean_knn_distance(points[2:4], k=3), torch.full((2,), 5 ** 0.5))
 
 
-def test_a_stop_signal_is_acted_on_between_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stop_signal_is_acted_on_between_chunks(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
     monkeypatch.setattr(neighbours, "QUERY_CHUNK", 100)
+    monkeypatch.setattr(neighbours, "DIRECT_BLOCK", 100)
     interrupts.defer()
     try:
         os.kill(os.getpid(), signal.SIGINT)
@@ -47,3 +58,18 @@ def test_a_stop_signal_is_acted_on_between_chunks(monkeypatch: pytest.MonkeyPatc
             mean_knn_distance(torch.rand(1000, 3))
     finally:
         interrupts.restore()
+
+
+def test_a_few_thousand_points_never_load_scipy() -> None:
+    """The demo's 5,000 starting points take the direct path: scipy's import is start-up time."""
+    code = ("import sys, torch; from splattrain.model.neighbours import mean_knn_distance; "
+            "mean_knn_distance(torch.rand(5000, 3)); print('scipy.spatial' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_the_memory_estimate_follows_the_path() -> None:
+    """A million points are estimated as the tree they use (tens of MB), not as a million-wide
+    block of distances."""
+    assert knn_memory_bytes(5000) == 1024 * 5000 * 16
+    assert knn_memory_bytes(1_000_000) < 100 * 2**20

@@ -13,9 +13,7 @@ from ..errors import ConfigError, DataError
 from ..io.gaussians_file import read_gaussians_file
 from ..io.limits import require_memory
 from ..model.gaussians import GaussianModel
-
-
-_KNN_CHUNK = 1024  # rows of the distance block mean_knn_distance computes at once
+from ..model.neighbours import knn_memory_bytes
 
 
 def build_model(cfg, scene: SceneData, train_cameras: List[Camera], info: Callable[[str], None]) -> GaussianModel:
@@ -51,10 +49,11 @@ def build_model(cfg, scene: SceneData, train_cameras: List[Camera], info: Callab
 
 def require_init_memory(count: int, sh_degree: int, what: str) -> None:
     """Refuse (one line, with the estimate) a start of ``count`` Gaussians whose training state
-    (parameters, gradients, Adam moments and densification's copies) or nearest-neighbour scale
-    estimate (a block of 1024 x ``count`` distances) cannot fit in memory."""
+    (parameters, gradients, Adam moments, densification's copies and the renderer's buffers) and
+    nearest-neighbour scale estimate cannot fit in memory."""
     floats = 3 + 3 + 4 + 1 + 3 * (sh_degree + 1) ** 2
-    needed = count * floats * 4 * 7 + min(count, _KNN_CHUNK) * count * 4 * 3
+    render = 256  # the renderer's per-Gaussian buffers at the backward pass's peak (docs/benchmarks.md)
+    needed = count * (floats * 4 * 7 + render) + knn_memory_bytes(count)
     try:
         require_memory(what, needed)
     except DataError as err:

@@ -1,8 +1,11 @@
-"""Nearest-neighbour distances of the initial points, through scipy's k-d tree (O(N log N)).
+"""Nearest-neighbour distances of the initial points: scipy's k-d tree (O(N log N)), or for a few
+thousand points a direct comparison.
 
 The initial scale of every Gaussian is the distance to its nearest neighbours. A brute-force
 comparison of every point with every point takes minutes at 200k points and hours at a
-million; a k-d tree answers a million points in seconds. The queries run in chunks so that a
+million; a k-d tree answers a million points in seconds. Loading scipy's tree costs 0.3-0.6 s
+of start-up on a small machine, though, which is more than comparing a few thousand points
+directly (0.15 s at 5,000), so small sets take the direct path. Both work in blocks so that a
 stop signal is acted on between them.
 """
 
@@ -15,30 +18,59 @@ from torch import Tensor
 from .. import interrupts
 
 QUERY_CHUNK = 131_072
-"""Points queried between two checks for a stop signal."""
+"""Points queried from the tree between two checks for a stop signal."""
+
+DIRECT_MAX = 8192
+"""Up to this many points the distances are compared directly, without loading scipy."""
+
+DIRECT_BLOCK = 1024
+"""Rows of the distance block the direct path computes at once."""
 
 
 def mean_knn_distance(points: Tensor, k: int = 3) -> Tensor:
     """Root mean squared distance of each point to its ``k`` nearest other points [N].
 
-    Works for points on any device (the tree is built on the CPU, the result returned on the
+    Works for points on any device (computed on the CPU in float64, the result returned on the
     points' device, in their dtype). Duplicated points are each other's neighbours at distance 0.
     """
-    from scipy.spatial import cKDTree  # scipy's import costs start-up time: loaded when a scene is
-
     n = points.shape[0]
     if n <= 1:
         return torch.ones(n, dtype=points.dtype, device=points.device)
     k = min(k, n - 1)
-    coords = points.detach().to("cpu", torch.float64).numpy()
-    tree = cKDTree(coords)
-    out = np.empty(n, dtype=np.float64)
-    for start in range(0, n, QUERY_CHUNK):
-        interrupts.check()
-        block = coords[start : start + QUERY_CHUNK]
-        distances, _ = tree.query(block, k=k + 1, workers=-1)  # the nearest is the point itself
-        out[start : start + len(block)] = np.sqrt(np.mean(np.square(distances[:, 1:]), axis=1))
+    coords = points.detach().to("cpu", torch.float64)
+    out = _direct(coords, k) if n <= DIRECT_MAX else _tree(coords.numpy(), k)
     return torch.from_numpy(out).to(device=points.device, dtype=points.dtype)
 
 
-__all__ = ["QUERY_CHUNK", "mean_knn_distance"]
+def knn_memory_bytes(count: int, k: int = 3) -> int:
+    """The most memory :func:`mean_knn_distance` holds for ``count`` points (an estimate)."""
+    if count <= DIRECT_MAX:
+        return min(count, DIRECT_BLOCK) * count * 8 * 2  # one block of distances and its selection
+    answers = min(count, QUERY_CHUNK) * (k + 1) * 16  # one chunk's distances and indices
+    return count * 64 + answers  # the coordinates and the tree: about 64 bytes a point
+
+
+def _direct(coords: Tensor, k: int) -> np.ndarray:
+    out = np.empty(coords.shape[0], dtype=np.float64)
+    for start in range(0, coords.shape[0], DIRECT_BLOCK):
+        interrupts.check()
+        block = torch.cdist(coords[start : start + DIRECT_BLOCK], coords, compute_mode="donot_use_mm_for_euclid_dist")
+        nearest = block.topk(k + 1, dim=1, largest=False).values[:, 1:]  # the nearest is the point itself
+        out[start : start + block.shape[0]] = nearest.square().mean(dim=1).sqrt().numpy()
+    return out
+
+
+def _tree(coords: np.ndarray, k: int) -> np.ndarray:
+    from scipy.spatial import cKDTree  # scipy's import costs start-up time: loaded only for large sets
+
+    tree = cKDTree(coords)
+    out = np.empty(coords.shape[0], dtype=np.float64)
+    for start in range(0, coords.shape[0], QUERY_CHUNK):
+        interrupts.check()
+        block = coords[start : start + QUERY_CHUNK]
+        distances, _ = tree.query(block, k=k + 1, workers=-1)
+        out[start : start + len(block)] = np.sqrt(np.mean(np.square(distances[:, 1:]), axis=1))
+    return out
+
+
+__all__ = ["DIRECT_BLOCK", "DIRECT_MAX", "QUERY_CHUNK", "knn_memory_bytes", "mean_knn_distance"]
