@@ -2,6 +2,7 @@
 
     python benchmarks/bench_time_to_quality.py [--scene demo|cup|both] [--demo-steps 150 250 500 1000 2000]
         [--cup-steps 500 1000 2000] [--targets 25.5 30 33] [--cup-targets 25 26 27 28 29]
+        [--opensplat BINARY [BINARY ...]] [--opensplat-downscales 0] [--opensplat-target 25.5]
         [dotted.key=value ...]
 
 Each run is a fresh process (start-up, scene loading, validation and writing included) with only
@@ -9,6 +10,12 @@ Each run is a fresh process (start-up, scene loading, validation and writing inc
 so every step setting follows the run length as a user gets it (docs/real_captures.md). Per run:
 steps, wall seconds, training seconds, test PSNR, Gaussians. Then, per target PSNR, the shortest
 wall time among the runs that reached it: the time a user waits for that quality.
+
+With ``--opensplat`` (one or more built OpenSplat CPU binaries), each build's 2000-step demo run
+is timed and scored on the demo's test views by splattrain's renderer and metrics
+(``opensplat_demo.py``), the programs taking turns twice: every build, then splattrain's shortest
+run of the ladder above that reached ``--opensplat-target``. The ratio of the wall times is
+printed per build and turn, with the build's own PSNR beside it.
 
 Quote figures from a quiet machine.
 """
@@ -23,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
+
+import opensplat_demo
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "outputs" / "bench_time_to_quality"
@@ -67,6 +76,37 @@ def report(scene: str, runs: List[Dict[str, float]], targets: Sequence[float]) -
         print(f"  {target:5.1f} dB  {where}")
 
 
+def opensplat_side_by_side(binaries: Sequence[Path], downscales: int, target: float, runs: List[Dict[str, float]],
+                            extra: Sequence[str], turns: int = 2) -> None:
+    """Every OpenSplat build's 2000-step demo run, then splattrain's shortest run to ``target``, in turns."""
+    reached = time_to([target], runs)[target]
+    if reached is None:
+        print(f"\nno splattrain run above reached {target:.2f} dB: add longer --demo-steps")
+        return
+    out = OUT / "opensplat"
+    shutil.rmtree(out, ignore_errors=True)  # this benchmark's own runs, replaced each time
+    project = opensplat_demo.write_project(out / "project")
+    steps = int(reached["steps"])
+    print(f"\nOpenSplat {opensplat_demo.STEPS} steps (--num-downscales {downscales}) against splattrain's "
+          f"{steps}-step run (the shortest above to {target:.2f} dB), in turns")
+    ratios: Dict[str, List[float]] = {binary.name: [] for binary in binaries}
+    for turn in range(turns):
+        walls = {}
+        for binary in binaries:
+            trained = out / f"{binary.name}_{turn}"
+            trained.mkdir()
+            walls[binary.name] = opensplat_demo.train(binary, project, trained, downscales)
+            scored = opensplat_demo.score(trained / "splat.ply")
+            print(f"  {binary.name}: {walls[binary.name]:6.1f} s wall, {scored['psnr']:.2f} dB, "
+                  f"SSIM {scored['ssim']:.4f}, {scored['gaussians']:,d} Gaussians")
+        ours = fit("demo", steps, extra)
+        print(f"  splattrain: {ours['wall']:6.1f} s wall ({steps} steps), {ours['psnr']:.2f} dB")
+        for name, wall in walls.items():
+            ratios[name].append(wall / ours["wall"])
+    for name, values in ratios.items():
+        print(f"ratio {name} wall / splattrain wall, per turn: {', '.join(f'{r:.1f}' for r in values)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scene", choices=["demo", "cup", "both"], default="both")
@@ -74,12 +114,19 @@ def main() -> None:
     parser.add_argument("--cup-steps", type=int, nargs="+", default=[500, 1000, 2000])
     parser.add_argument("--targets", type=float, nargs="+", default=[25.5, 30.0, 33.0])
     parser.add_argument("--cup-targets", type=float, nargs="+", default=[25.0, 26.0, 27.0, 28.0, 29.0])
+    parser.add_argument("--opensplat", type=Path, nargs="+", default=[], metavar="BINARY",
+                        help="OpenSplat CPU builds to time side by side on the demo")
+    parser.add_argument("--opensplat-downscales", type=int, default=0, help="OpenSplat's --num-downscales")
+    parser.add_argument("--opensplat-target", type=float, default=25.5,
+                        help="the test PSNR splattrain's side-by-side run must reach")
     args, extra = parser.parse_known_args()
     with open("/proc/loadavg") as f:
         print(f"load average at start {f.read().split()[0]}")
     if args.scene in ("demo", "both"):
         runs = [fit("demo", steps, extra) for steps in args.demo_steps]
         report("demo", runs, args.targets)
+        if args.opensplat:
+            opensplat_side_by_side(args.opensplat, args.opensplat_downscales, args.opensplat_target, runs, extra)
     if args.scene in ("cup", "both"):
         report("cup", [fit("cup", steps, extra) for steps in args.cup_steps], args.cup_targets)
 
