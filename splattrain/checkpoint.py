@@ -14,6 +14,7 @@ import torch
 
 from .errors import UserError
 from .io.atomic import atomic_torch_save
+from .nested import walk_nested
 
 FORMAT = "splattrain-checkpoint/2"  # the payload is a uint8 tensor (in /1, bytes: pickled 50% larger and 20x slower)
 READ_FORMATS = ("splattrain-checkpoint/1", FORMAT)
@@ -124,17 +125,15 @@ def load_checkpoint_file(path: str | Path) -> Dict[str, Any]:
 
 
 def _check_tensor_sizes(state: Dict[str, Any], payload_bytes: int, path: Path) -> None:
-    """Every tensor holds its own elements: a tensor whose elements repeat its storage (a zero
-    stride, overlapping views) would take far more memory than the file once anything reads it.
-    Together the tensors take at most twice the payload (two entries may share a storage)."""
-    total, stack = 0, [("state", state)]
-    while stack:
-        entry, value = stack.pop()
-        if isinstance(value, dict):
-            stack.extend((f"{entry}.{key}", item) for key, item in value.items())
-        elif isinstance(value, (list, tuple)):
-            stack.extend((f"{entry}[{index}]", item) for index, item in enumerate(value))
-        elif isinstance(value, torch.Tensor):
+    """A state every later walk can finish: no list or dict that contains itself, at most
+    :data:`~splattrain.nested.MAX_ENTRIES` entries, nested at most ``MAX_DEPTH`` deep. And every
+    tensor holds its own elements: a tensor whose elements repeat its storage (a zero stride,
+    overlapping views) would take far more memory than the file once anything reads it. Together
+    the tensors take at most twice the payload (two entries may share a storage)."""
+    total = 0
+    for entry, value in walk_nested(state, "state", lambda problem: CheckpointError(
+            f"checkpoint '{path}': {problem}; it is not a splattrain checkpoint")):
+        if isinstance(value, torch.Tensor):
             if value.layout != torch.strided:
                 raise CheckpointError(f"checkpoint '{path}': {entry[6:]} is a {value.layout} tensor, not a dense one")
             if value.device.type == "meta":

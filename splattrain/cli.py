@@ -332,7 +332,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     if argv is None:  # a process of its own: before torch loads the OpenMP runtime, which reads it once
         os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)
-    interrupts.defer()
+    interrupts.defer(watchdog=argv is None)
     try:
         return _run_command(argv)
     finally:

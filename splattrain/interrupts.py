@@ -11,12 +11,21 @@ While the trainer runs (:func:`during_run`) SIGUSR1, the *snapshot* signal, is r
 repeated stop signals are only recorded: the trainer polls :func:`take` and :func:`take_snapshot`
 at its safe points (after each step, between validation views, after the last step), agrees on
 them across ranks, and then tells ``AutoCheckpointHook`` what to save.
+
+A process of its own (the command line, :func:`defer` with ``watchdog=True``) does not depend on
+reaching a safe point: a stop signal not acted on within :data:`SAFE_POINT_SECONDS` (work stuck
+in a long loop, a library call that never returns to a safe point), or a process still stopping
+:data:`STOP_SECONDS` after it, ends the process at once from a watchdog thread, with exit code
+130 / 143 and one line on stderr. Only code that holds the interpreter lock the whole time (a
+C extension that never releases it) keeps the watchdog from running.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional
@@ -29,6 +38,12 @@ _pending: Optional[int] = None
 _snapshot = False
 _escalate = True
 _installed: Dict[int, Any] = {}
+#: Seconds a stop signal waits for a safe point before the process ends without one (a training
+#: step, a decoded image or a served view is far shorter).
+SAFE_POINT_SECONDS = 5.0
+#: Seconds from a stop signal to the end of the process, whatever it is still doing (saving a
+#: checkpoint, closing writers).
+STOP_SECONDS = 9.0
 
 
 class Interrupted(KeyboardInterrupt):
@@ -50,11 +65,58 @@ class RunInterrupted(Interrupted):
         self.checkpoint = checkpoint
 
 
+class _Watchdog:
+    """A daemon thread that ends the process when a stop signal is not acted on in time.
+
+    It sleeps on an Event until the first stop signal (:meth:`signalled`, called from the signal
+    handler, takes no lock the main thread could hold), then exits the process with
+    ``128 + signum`` once the signal has waited :data:`SAFE_POINT_SECONDS` for a safe point, or
+    :data:`STOP_SECONDS` have passed since it came.
+    """
+
+    def __init__(self) -> None:
+        self.wake = threading.Event()
+        self.signum = 0
+        self.at = 0.0
+        self.cancelled = False
+        threading.Thread(target=self._watch, name="splattrain-stop-watchdog", daemon=True).start()
+
+    def signalled(self, signum: int) -> None:
+        if not self.wake.is_set():
+            self.signum, self.at = signum, time.monotonic()
+            self.wake.set()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.wake.set()
+
+    def _watch(self) -> None:
+        self.wake.wait()
+        while not self.cancelled:
+            waited = time.monotonic() - self.at
+            if _pending is not None and waited >= SAFE_POINT_SECONDS:
+                self._exit(f"no safe point came within {SAFE_POINT_SECONDS:g} s; ended at once")
+            if waited >= STOP_SECONDS:
+                self._exit(f"still stopping after {STOP_SECONDS:g} s; ended at once")
+            time.sleep(0.05)
+
+    def _exit(self, why: str) -> None:
+        try:  # a raw write: a lock on sys.stderr may be held by the stuck thread
+            os.write(2, f"stopped by {signal.Signals(self.signum).name}: {why}\n".encode())
+        finally:
+            os._exit(128 + self.signum)
+
+
+_watchdog: Optional[_Watchdog] = None
+
+
 def _record(signum: int, frame: object) -> None:
     global _pending, _snapshot
     if signum == SNAPSHOT_SIGNAL:
         _snapshot = True
         return
+    if _watchdog is not None:
+        _watchdog.signalled(signum)
     if _pending is not None and _escalate:  # asked twice: stop where we are
         raise Interrupted(_pending)
     _pending = signum
@@ -64,19 +126,26 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def defer() -> None:
+def defer(watchdog: bool = False) -> None:
     """Record SIGINT and SIGTERM from now on instead of raising where they land (main thread
-    only; :func:`restore` puts the previous handlers back)."""
+    only; :func:`restore` puts the previous handlers back). ``watchdog`` (a process of its own
+    only: it may end the process) bounds the time from a stop signal to the process's end."""
+    global _watchdog
     if not _in_main_thread():
         return
+    if watchdog and _watchdog is None:
+        _watchdog = _Watchdog()
     for signum in STOP_SIGNALS:
         previous = signal.signal(signum, _record)
         _installed.setdefault(signum, previous)
 
 
 def restore() -> None:
-    """The handlers from before :func:`defer`; forgets a pending signal."""
-    global _pending, _snapshot
+    """The handlers from before :func:`defer`; forgets a pending signal and stops the watchdog."""
+    global _pending, _snapshot, _watchdog
+    if _watchdog is not None:
+        _watchdog.cancel()
+        _watchdog = None
     for signum, handler in _installed.items():
         signal.signal(signum, handler)
     _installed.clear()

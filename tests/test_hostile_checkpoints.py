@@ -218,3 +218,50 @@ def test_a_payload_that_is_not_one_string_of_bytes_is_refused_before_hashing(tmp
     torch.save({"format": "splattrain-checkpoint/2", "sha256": "0" * 64,
                 "payload": torch.zeros(1, dtype=torch.uint8).expand(1 << 31)}, crafted)
     assert_one_line_error(_capped_export(crafted, tmp_path / "x.ply"), str(crafted), "not one string of bytes")
+
+
+# -- nested data that would never end a walk --------------------------------------------------------
+def _self_containing(state: Dict[str, Any]) -> None:  # l = []; l.append(l)
+    loop: list = []
+    loop.append(loop)
+    state["last_metrics"] = {"history": loop}
+
+
+def _doubling(state: Dict[str, Any]) -> None:  # 61 small lists that walk as 2^60 entries
+    shared: list = [0]
+    for _ in range(60):
+        shared = [shared, shared]
+    state["last_metrics"] = {"history": shared}
+
+
+def _deep(state: Dict[str, Any]) -> None:  # 300 lists, each in the next
+    deep: list = []
+    for _ in range(300):
+        deep = [deep]
+    state["last_metrics"] = {"history": deep}
+
+
+STRUCTURE_CASES = {"self-containing list": (_self_containing, "state.last_metrics.history contains itself"),
+                   "doubling lists": (_doubling, "state holds more than 1,000,000 entries"),
+                   "300 levels deep": (_deep, "is nested more than 64 levels deep")}
+#: What the tests allow a refusal to take: seconds are promised; a loaded machine adds to them.
+WALK_BOUND = 30.0
+
+
+@pytest.mark.parametrize("command", ["export", "eval", "fit --resume"])
+@pytest.mark.parametrize("case", sorted(STRUCTURE_CASES))
+def test_nested_data_that_never_ends_a_walk_is_refused_within_seconds(tmp_path, state, case, command):
+    import time
+
+    change, expected = STRUCTURE_CASES[case]
+    crafted = _crafted(tmp_path, state, change)
+    assert crafted.stat().st_size < 1 << 20
+    if command == "fit --resume":
+        args = ("fit", "--config", str(write_config(tmp_path, tmp_path / "run")), "--resume", str(crafted))
+    else:
+        args = (command, str(crafted), "--out", str(tmp_path / "out"))
+    started = time.monotonic()
+    result = run_cli(*args, timeout=WALK_BOUND + 30)
+    assert time.monotonic() - started < WALK_BOUND
+    assert_one_line_error(result, str(crafted), expected)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "run" / "ckpt").exists()

@@ -33,7 +33,14 @@ def test_alias_bomb_is_refused_from_its_size(tmp_path):
         "  " + line + "\n" for line in _alias_bomb().splitlines()))
     assert config.stat().st_size < 2000
     assert_one_line_error(run_cli("fit", "--config", str(config), "--dry-run", timeout=120), str(config),
-                          "expands to more than")
+                          "with its YAML aliases expanded, config holds more than")
+
+
+def test_an_alias_inside_its_own_anchor_is_refused(tmp_path):
+    config = tmp_path / "loop.yaml"
+    config.write_text(config_text(tmp_path / "run") + "custom: &loop [1, *loop]\n")
+    assert_one_line_error(run_cli("fit", "--config", str(config), "--dry-run", timeout=120), str(config),
+                          "config.custom contains itself (as config.custom[1])")
 
 
 def test_a_stop_signal_is_honoured_while_a_large_config_parses(tmp_path):

@@ -198,6 +198,19 @@ def test_ply_header_is_checked(tmp_path, case, change, expected):
     assert_one_line_error(_init_from(tmp_path, path), str(path), expected)
 
 
+def test_a_ply_header_of_many_lines_is_refused_within_seconds(tmp_path):
+    """60,000 extra properties (a 1.3 MB header): refused from its line count, without reading
+    each property against every other (minutes)."""
+    import time
+
+    extra = b"".join(b"property float extra_%d\n" % i for i in range(60_000))
+    path = _ply_with_header(tmp_path, lambda h: h.replace(b"property float opacity\n", b"property float opacity\n" + extra))
+    started = time.monotonic()
+    result = _init_from(tmp_path, path)
+    assert time.monotonic() - started < 30
+    assert_one_line_error(result, str(path), "a PLY header of 60", "at most 4096")
+
+
 def test_nerfstudio_point_cloud_with_a_bad_header_is_refused(tmp_path):
     scene = tmp_path / "ns"
     transforms = make_nerfstudio(scene)

@@ -11,6 +11,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from .. import interrupts
 from ..errors import ConfigError
+from ..nested import check_nested
 from .plugins import check_plugin_sections
 from .schema import SplatConfig
 from .steps import apply_steps_scaling
@@ -54,24 +55,12 @@ class _Loader(yaml.SafeLoader):
 
 def _check_expansion(data: Any, path: Path, size: int) -> None:
     """Refuse a document whose values, with every alias expanded, far outnumber its bytes (an
-    alias bomb would expand to gigabytes in the config tree); counted without expanding."""
+    alias bomb would expand to gigabytes in the config tree), or that contains itself (an alias
+    inside its own anchor); counted without expanding."""
     limit = max(_MIN_EXPANSION, EXPANSION_PER_BYTE * size)
-    count, stack = 0, [data]
-    while stack:
-        item = stack.pop()
-        count += 1
-        if count > limit:
-            raise ConfigError(
-                f"{path}: expands to more than {limit} values ({size} bytes with YAML aliases); "
-                "a config this large is refused (write the values out, or use fewer nested aliases)"
-            )
-        if count % _SIGNAL_EVERY == 0:
-            interrupts.check()
-        if isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
+    check_nested(data, "config", lambda problem: ConfigError(
+        f"{path}: with its YAML aliases expanded, {problem} ({size} bytes); a config this large or looped is "
+        "refused (write the values out, or use fewer nested aliases)"), max_entries=limit)
 
 
 def _read_yaml(path: Path) -> DictConfig:

@@ -48,6 +48,8 @@ def gaussians_to_ply_array(params: Dict[str, Tensor]) -> np.ndarray:
     return out
 
 
+#: Header lines a PLY may have (elements, properties and comments together).
+MAX_HEADER_LINES = 4096
 #: The header comment that marks a scene trained with the antialiased (mip-splatting) rasterizer.
 ANTIALIASED_COMMENT = "antialiased"
 
@@ -101,9 +103,13 @@ def read_ply(path: str | Path) -> PlyFile:
     if not raw.startswith(b"ply\n") or end < 0:
         raise DataError(f"{path}: not a PLY file (no 'ply' / 'end_header')")
     lines = raw[:end].decode("ascii", errors="replace").splitlines()
+    if len(lines) > MAX_HEADER_LINES:
+        raise DataError(f"{path}: a PLY header of {len(lines)} lines (splattrain reads at most {MAX_HEADER_LINES}; "
+                        "a 3DGS scene has about 70)")
     if "format binary_little_endian 1.0" not in lines:
         raise DataError(f"{path}: only binary_little_endian PLY files are supported")
     layout: list[tuple[str, int, list[tuple[str, str]]]] = []
+    names: List[set] = []  # each element's property names
     comments = []
     for line in lines:
         parts = line.split()
@@ -111,13 +117,15 @@ def read_ply(path: str | Path) -> PlyFile:
             comments.append(line[len("comment") :].strip())
         elif parts[:1] == ["element"]:
             layout.append((_element_name(parts, path), _element_count(parts, path), []))
+            names.append(set())
         elif parts[:1] == ["property"] and layout:
             element, _, fields = layout[-1]
             if len(parts) != 3 or parts[1] == "list" or parts[1] not in _PLY_TYPES:
                 raise DataError(f"{path}: unsupported property '{line.strip()}' in element '{element}'")
-            if any(name == parts[2] for name, _ in fields):
+            if parts[2] in names[-1]:
                 raise DataError(f"{path}: element '{element}' has property '{parts[2]}' twice")
             fields.append((parts[2], "<" + _PLY_TYPES[parts[1]]))
+            names[-1].add(parts[2])
     if len({name for name, _, _ in layout}) != len(layout):
         raise DataError(f"{path}: an element is declared twice")
     elements: Dict[str, np.ndarray] = {}
