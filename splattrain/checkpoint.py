@@ -94,6 +94,16 @@ def _check_zip(source: Any, size: int, path: Path, what: str, header: bool) -> b
     return True
 
 
+def has_checkpoint_header(path: Path) -> bool:
+    """Whether ``path`` is a regular file whose zip directory and first bytes are a splattrain
+    checkpoint's (nothing is unpickled)."""
+    try:
+        return (path.is_file() and not path.is_symlink()
+                and _check_zip(path, path.stat().st_size, path, "header", header=True))
+    except (CheckpointError, OSError, RuntimeError, EOFError):
+        return False
+
+
 def load_checkpoint_file(path: str | Path) -> Dict[str, Any]:
     """Read a checkpoint written by :func:`save_checkpoint_file`, verifying its checksum.
 

@@ -169,3 +169,13 @@ def test_the_worked_example_stops_at_its_target(tmp_path):
     dry = run_cli("fit", "--config", str(REPO / "configs" / "demo_early_stopping.yaml"), "--dry-run",
                   f"output_dir={tmp_path / 'demo'}")
     assert dry.returncode == 0, dry.stderr
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "-0.5"])
+def test_min_delta_must_be_a_finite_number(tmp_path, value):
+    from cli_check import assert_one_line_error
+
+    config = write_config(tmp_path, tmp_path / "run", extra=f"custom_hooks: [{{type: EarlyStoppingHook, min_delta: {value}}}]")
+    result = run_cli("fit", "--config", str(config), "--dry-run")
+    assert_one_line_error(result, str(config), "EarlyStoppingHook min_delta must be a finite number >= 0")
+    assert not (tmp_path / "run").exists()

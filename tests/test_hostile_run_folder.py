@@ -44,6 +44,40 @@ def test_fresh_fit_refuses_a_folder_that_is_not_a_run_and_overwrite_moves_it_asi
     assert (folder / "results.json").read_text() != before["results.json"].decode()
 
 
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_users_config_and_log_make_no_run(tmp_path, resume):
+    """A folder holding someone's config.yaml and log.txt (the names a run writes) is not taken for
+    a run: fit and fit --resume refuse it in one line and leave both files as they were."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "config.yaml").write_text("experiment: 7\nlearning_rate: 0.1\n")
+    (folder / "log.txt").write_text("day 1: the lens fogged up\n")
+    before = files_of(folder)
+    config = write_config(tmp_path, folder)
+    result = run_cli("fit", "--config", str(config), *(["--resume"] if resume else []))
+    assert_one_line_error(result, str(folder), "not empty and holds no splattrain run", "'config.yaml'", "'log.txt'")
+    assert files_of(folder) == before and sorted(p.name for p in folder.iterdir()) == sorted(before)
+
+
+def test_a_run_is_known_by_its_marker_or_a_checkpoint_not_by_file_names(tmp_path, trained):
+    from splattrain.engine.run_identity import MARKER_NAME, is_splattrain_run
+
+    assert is_splattrain_run(trained)
+    old = copy_run(trained, tmp_path / "old")  # a run from before markers: its checkpoints say what it is
+    (old / MARKER_NAME).unlink()
+    assert is_splattrain_run(old)
+    names_only = tmp_path / "names"
+    (names_only / "ckpt").mkdir(parents=True)
+    for name in ("config.yaml", "log.txt", "ckpt/last.pt"):
+        (names_only / name).write_bytes((trained / name).read_bytes()[:40])
+    assert not is_splattrain_run(names_only)
+    (names_only / MARKER_NAME).write_text("not a run id\n")
+    assert not is_splattrain_run(names_only)
+    config = write_config(tmp_path, old, steps=3)
+    result = run_cli("fit", "--config", str(config), "--resume", "--quiet")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_only_splattrains_own_temporaries_are_removed(tmp_path, trained):
     run = copy_run(trained, tmp_path / "run")
     kept = [run / ".draft.tmp", run / ".notes.txt.abcdef12.tmp", run / "ckpt" / ".mine.tmp"]

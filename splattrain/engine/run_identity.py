@@ -2,9 +2,11 @@
 
 A run directory holds ``.splattrain-run`` with the run's id (a random hex string), written once
 the run's checks passed; every resumable checkpoint stores the same id under ``run_id``. A
-folder is a splattrain run when it holds that file (or, for runs made before it existed, both
-``config.yaml`` and ``log.txt``). A fresh fit goes only into an empty folder or a run; a resume
-refuses a checkpoint of another run.
+folder is a splattrain run when it holds that file with a run id in it (or, for runs made before
+it existed, a checkpoint in ``ckpt/`` that opens as a splattrain checkpoint): content only
+splattrain writes, never a file's name alone (a user's ``config.yaml`` and ``log.txt`` make no
+run). A fresh fit goes only into an empty folder or a run; a resume refuses a checkpoint of
+another run.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from ..checkpoint import has_checkpoint_header
 from ..errors import UserError
 from ..io.atomic import atomic_write_text
 from .run_lock import LOCK_NAME, RunDirectoryError
@@ -51,9 +54,16 @@ def write_run_id(run_dir: Path, run_id: str) -> None:
 
 
 def is_splattrain_run(run_dir: Path) -> bool:
-    """Whether ``run_dir`` holds a splattrain run (its marker, or config.yaml and log.txt)."""
+    """Whether ``run_dir`` holds a splattrain run: its marker holds a run id, or (a run from before
+    markers) ``ckpt/`` holds a file with splattrain's checkpoint header."""
     run_dir = Path(run_dir)
-    return (run_dir / MARKER_NAME).is_file() or ((run_dir / "config.yaml").is_file() and (run_dir / "log.txt").is_file())
+    try:
+        if read_run_id(run_dir) is not None:
+            return True
+    except RunDirectoryError:
+        return False
+    ckpt = run_dir / "ckpt"
+    return ckpt.is_dir() and not ckpt.is_symlink() and any(has_checkpoint_header(path) for path in ckpt.glob("*.pt"))
 
 
 def foreign_entries(run_dir: Path) -> list:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Optional, Union
 
 from ..errors import ConfigError
@@ -28,7 +29,7 @@ class EarlyStoppingHook(Hook):
         monitor: a key of the validation metrics (psnr, cc_psnr, ssim, lpips).
         mode: ``max``, ``min`` or ``auto``.
         patience: validations without improvement before stopping (at least 1).
-        min_delta: how much better than the best a value must be to count (>= 0).
+        min_delta: how much better than the best a value must be to count (finite, >= 0).
     """
 
     priority = Priority.LOW
@@ -42,8 +43,8 @@ class EarlyStoppingHook(Hook):
             raise ConfigError(f"EarlyStoppingHook monitor {monitor!r}: give mode: max or min for this metric")
         if patience < 1:
             raise ConfigError(f"EarlyStoppingHook patience must be at least 1, got {patience}")
-        if min_delta < 0:
-            raise ConfigError(f"EarlyStoppingHook min_delta must be >= 0, got {min_delta}")
+        if not (math.isfinite(min_delta) and min_delta >= 0):  # NaN compares false with everything
+            raise ConfigError(f"EarlyStoppingHook min_delta must be a finite number >= 0, got {min_delta}")
         self.monitor, self.patience, self.min_delta = monitor, patience, min_delta
         self.maximise = _MAXIMISED[monitor] if mode == "auto" else mode == "max"
         self.best: Optional[float] = None
