@@ -166,6 +166,35 @@ def test_view_survives_hostile_requests_and_keeps_serving(scene_ply):
     assert "ignored a message a browser sent" in output
 
 
+@pytest.mark.parametrize("command", ["view", "fit"])
+def test_a_first_camera_looking_at_its_own_position_with_nan_rotation_is_ignored(scene_ply, tmp_path, command):
+    """The server moves a new browser's camera to the overview; a browser whose own camera has a NaN
+    rotation and its look-at point at its position cannot be moved: one warning, no traceback, and
+    a usable camera from it is served afterwards."""
+    if command == "view":
+        process, url, lines = start("view", str(scene_ply), "--port", "0")
+    else:
+        config = write_config(tmp_path, tmp_path / "run", steps=3)
+        process, url, lines = start("fit", "--config", str(config), "--viewer", "0", "default_hooks.viewer.paused=true")
+    try:
+        client = ViewerClient(url, origin=url.rstrip("/"))
+        client.read(0.3)
+        nan = float("nan")
+        client.send({"type": "ViewerCameraMessage", "wxyz": [nan, nan, nan, nan], "position": [0.0, 0.0, 0.0],
+                     "fov": 0.8, "near": 0.01, "far": 1000.0, "image_height": 240, "image_width": 320,
+                     "look_at": [0.0, 0.0, 0.0], "up_direction": [0.0, -1.0, 0.0]})
+        assert images(client.read(1.5)) == 0
+        client.set_camera()
+        deadline = time.monotonic() + 60
+        while not images(client.read(0.5)):
+            assert time.monotonic() < deadline and process.poll() is None, "no image for a usable camera"
+    finally:
+        output = stop(process, lines)
+    assert "Traceback" not in output and "Task failed" not in output, output
+    assert output.count("viewer: a browser sent a camera that cannot be used") == 1, output
+    assert output.count("a browser asked for") == 0, output  # one warning for the one bad camera
+
+
 def test_training_survives_hostile_requests(tmp_path):
     config = write_config(tmp_path, tmp_path / "run", steps=6)
     process, url, lines = start("fit", "--config", str(config), "--viewer", "0", "default_hooks.viewer.paused=true")

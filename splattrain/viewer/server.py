@@ -253,11 +253,16 @@ class ViewerServer:
             return
         direction = quat_to_matrix(pose.wxyz)
         up = -direction[:, 1]
-        with client.atomic():
-            client.camera.fov = pose.fov
-            client.camera.position = pose.position
-            client.camera.look_at = np.asarray(pose.position) + direction[:, 2]
-            client.camera.up_direction = up
+        try:
+            with client.atomic():
+                client.camera.fov = pose.fov
+                client.camera.position = pose.position  # moves the browser's look-at point along
+                client.camera.look_at = np.asarray(pose.position) + direction[:, 2]
+                client.camera.up_direction = up
+        except ValueError as err:  # the browser's own camera is unusable: NaN, or looking at its own position
+            self.warn_once("pose", f"viewer: a browser sent a camera that cannot be used ({str(err)[:120].rstrip('.')}); "
+                           "it is ignored until the browser sends a usable one")
+            return
         self.mark_dirty(client_id)
 
     def set_stats(self, text: str) -> None:
