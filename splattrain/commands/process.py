@@ -12,38 +12,53 @@ from rich.markup import escape
 
 from ..console import Console
 from ..errors import UserError
+from ..io.atomic import atomic_write_text
 from ..process import require
 from ..process.display import Stage
 from ..process.frames import FrameOptions, extract_frames
 from ..process.inputs import input_kind, list_images
-from ..process.layout import DISTORTION_TOLERANCE_PX, OUTPUTS, needs_undistortion, write_downscaled, write_scene
+from ..process.layout import (DISTORTION_TOLERANCE_PX, OUTPUTS, needs_undistortion, staging_folder, write_downscaled,
+                               write_scene)
+from ..process.options import DEFAULT_MAX_MEGAPIXELS
+from ..process.photos import check_photos, describe_refused
 from ..process.sfm import (SfmOptions, extract, left_out, map_scene, match, pairs_to_match, pick_cameras, pick_device,
-                           pick_matcher)
+                           pick_matcher, sift_threads)
+from ..process.workspace import claim, publish
 
-#: Folder inside OUTPUT for the database, the raw models, video frames and COLMAP's log.
-WORK = "colmap"
 MIN_REGISTERED = 3
+#: The first bytes of every SQLite database file.
+SQLITE_HEADER = b"SQLite format 3\x00"
 
 
-def _check_output(src: Path, out: Path) -> Path:
-    """The work folder ``out/colmap``; UserError when ``out`` cannot be used."""
-    if out.exists() and not out.is_dir():
-        raise UserError(f"{out}: output exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not (out / WORK).is_dir():
-        raise UserError(f"{out}: output folder is not empty and was not written by splattrain process; give a new folder")
-    if src.is_dir() and out.resolve().is_relative_to(src.resolve()):
-        raise UserError(f"{out}: output folder is inside the input folder {src}; put it elsewhere")
-    work = out / WORK
-    work.mkdir(parents=True, exist_ok=True)
-    return work
+def _check_database(db: Path) -> None:
+    """A ``database.db`` already there must be a regular SQLite file (COLMAP's), never replaced
+    unasked: UserError naming it otherwise."""
+    if not db.exists():
+        return
+    if not db.is_file():
+        raise UserError(f"{db}: not a file; splattrain process keeps its COLMAP database there: move it away")
+    with db.open("rb") as handle:
+        header = handle.read(len(SQLITE_HEADER))
+    if header and header != SQLITE_HEADER:
+        raise UserError(f"{db}: not a COLMAP database (not an SQLite file); move it away to start a new one")
 
 
-def _fresh_database(work: Path, key: Dict[str, Any]) -> None:
-    """Start a new database when the input or the camera options differ from the last run's."""
-    saved = work / "options.json"
-    if saved.is_file() and json.loads(saved.read_text()) != key:
-        (work / "database.db").unlink(missing_ok=True)
-    saved.write_text(json.dumps(key, indent=1))
+def _fresh_database(work: Path, key: Dict[str, Any], console: Console) -> None:
+    """Start a new database when the input or the camera options differ from the last run's
+    (or the record of those, ``options.json``, is damaged: it is rebuilt)."""
+    saved, db = work / "options.json", work / "database.db"
+    if saved.is_file():
+        try:
+            same = json.loads(saved.read_text(encoding="utf-8")) == key
+        except (OSError, ValueError):
+            console.warning(f"{saved} was damaged; it is written again and the database started afresh")
+            same = False
+        if not same:
+            db.unlink(missing_ok=True)
+            for extra in ("database.db-wal", "database.db-shm"):
+                (work / extra).unlink(missing_ok=True)
+    _check_database(db)
+    atomic_write_text(saved, json.dumps(key, indent=1))
 
 
 def _log_to(work: Path) -> None:
@@ -68,7 +83,8 @@ def _images(src: Path, kind: str, work: Path, frames: FrameOptions, console: Con
                 stage.set_total(max(total, done))
             stage.update(done)
 
-        report = extract_frames(src, work / "frames", frames, progress=progress, stop=interrupts.check)
+        report = extract_frames(src, work / "frames", frames, progress=progress, stop=interrupts.check,
+                                warn=console.warning)
         stage.set_total(report.decoded)
         stage.update(report.decoded)
         stage.note = (f"kept the sharpest of each stretch: {report.kept} frames, mean sharpness "
@@ -79,22 +95,45 @@ def _images(src: Path, kind: str, work: Path, frames: FrameOptions, console: Con
     return work / "frames", list_images(work / "frames")
 
 
+def _usable(image_dir: Path, names: List[str], max_megapixels: float, console: Console,
+            src: Path) -> tuple[List[str], Dict[str, str], tuple[int, int]]:
+    """(the photos COLMAP may read, each other one with the reason, the largest size): each is
+    decoded and its size checked first; the others are named in one warning and skipped."""
+    from .. import interrupts
+
+    with Stage(console, "check", len(names), "images") as stage:
+        usable, refused = check_photos(image_dir, names, int(max_megapixels * 1e6), stage.update, interrupts.check)
+        stage.note = f"{len(refused)} skipped" if refused else "every image decodes"
+    if len(usable) < MIN_REGISTERED:
+        what = f" ({describe_refused(refused)})" if refused else ""
+        raise UserError(f"{src}: {len(usable)} usable image(s) of {len(names)}{what}; structure from motion needs "
+                        f"at least {MIN_REGISTERED}")
+    if refused:
+        console.warning(f"skipped {len(refused)} of {len(names)} images: {escape(describe_refused(refused))}")
+    largest = max(usable.values(), key=lambda size: size[0] * size[1])
+    return list(usable), refused, largest
+
+
 def process(input_path: str, output_path: str, console: Console, sfm: SfmOptions = SfmOptions(),
-            frames: FrameOptions = FrameOptions()) -> Dict[str, Any]:
+            frames: FrameOptions = FrameOptions(), max_megapixels: float = DEFAULT_MAX_MEGAPIXELS) -> Dict[str, Any]:
     """Run every stage; returns the summary figures (also printed)."""
     require("pycolmap")
     src, out = Path(input_path), Path(output_path)
     kind = input_kind(src)
     camera, camera_model = pick_cameras(sfm.camera, sfm.camera_model, kind)
     sfm = replace(sfm, camera=camera, camera_model=camera_model)
-    work = _check_output(src, out)
+    space = claim(src, out)
+    work = space.work
     _log_to(work)
     device, why = pick_device(sfm.device)
     console.info(f"device: {why}")
-    _fresh_database(work, {"input": str(src.resolve()), "camera": sfm.camera, "camera_model": sfm.camera_model})
-    image_dir, names = _images(src, kind, work, frames, console)
-    if len(names) < MIN_REGISTERED:
-        raise UserError(f"{src}: {len(names)} image(s); structure from motion needs at least {MIN_REGISTERED}")
+    _fresh_database(work, {"input": str(src.resolve()), "camera": sfm.camera, "camera_model": sfm.camera_model},
+                    console)
+    image_dir, listed = _images(src, kind, work, frames, console)
+    if len(listed) < MIN_REGISTERED:
+        raise UserError(f"{src}: {len(listed)} image(s); structure from motion needs at least {MIN_REGISTERED}")
+    names, skipped, largest = _usable(image_dir, listed, max_megapixels, console, src)
+    threads = sift_threads(largest, device)
     matcher = pick_matcher(sfm.matcher, kind)
     console.info(f"{len(names)} images from {escape(str(src))}; {matcher} matching, {sfm.mapper} mapping, "
                  f"{sfm.camera} camera ({sfm.camera_model})")
@@ -102,7 +141,7 @@ def process(input_path: str, output_path: str, console: Console, sfm: SfmOptions
     timings: Dict[str, float] = {}
 
     with Stage(console, "features", len(names), "images") as stage:
-        reused = extract(db, image_dir, names, sfm, device, stage.update)
+        reused = extract(db, image_dir, names, sfm, device, stage.update, threads)
         stage.note = f"{reused} reused from the last run" if reused else ""
     timings["features"] = stage.seconds
 
@@ -118,7 +157,7 @@ def process(input_path: str, output_path: str, console: Console, sfm: SfmOptions
         stage.update(models[kept].num_reg_images() if models else 0)
     timings["mapping"] = stage.seconds
     registered = models[kept].num_reg_images() if models else 0
-    reasons = left_out(db, names, models, kept) if models else {}
+    reasons = {**skipped, **(left_out(db, names, models, kept) if models else {})}
     if registered < MIN_REGISTERED:
         raise UserError(f"{src}: only {registered} of {len(names)} images could be registered ({MIN_REGISTERED} needed); "
                         f"the photos overlap too little or are too blurry (details in {work}/colmap.log.INFO)")
@@ -129,23 +168,28 @@ def process(input_path: str, output_path: str, console: Console, sfm: SfmOptions
                         f"{registered} images (the others are in {work / 'sparse'})")
 
     undistort, shift = needs_undistortion(model)
+    staged = staging_folder(work)
     with Stage(console, "images", registered, "images") as stage:
-        kept_names = write_scene(model, work / "sparse" / str(kept), image_dir, out, undistort, work, stage.update)
+        kept_names = write_scene(model, work / "sparse" / str(kept), image_dir, staged, undistort, work, stage.update)
         stage.note = (f"undistorted to pinhole: the lens model moves pixels by up to {shift:.1f} px" if undistort else
                       f"pinhole cameras, copied as they are: the lens model moves no pixel by more than "
                       f"{DISTORTION_TOLERANCE_PX} px (at most {shift:.2f} px)")
     timings["images"] = stage.seconds
     with Stage(console, "downscale", len(kept_names), "images") as stage:
-        write_downscaled(out, kept_names, stage.update)
+        write_downscaled(staged, kept_names, stage.update)
         stage.note = "images_2, images_4, images_8"
     timings["downscale"] = stage.seconds
+    aside = publish(space, staged, OUTPUTS)
+    staged.rmdir()
+    if aside is not None:
+        console.info(f"the scene of the last run was moved to {escape(str(aside))}")
 
-    summary = {"images": len(names), "registered": registered, "points": model.num_points3D(),
+    summary = {"images": len(listed), "registered": registered, "points": model.num_points3D(),
                "mean_reprojection_error_px": float(model.compute_mean_reprojection_error()),
                "mean_track_length": float(model.compute_mean_track_length()), "models": len(models),
                "undistorted": undistort, "max_distortion_px": shift, "left_out": reasons, "seconds": timings,
                "options": {**asdict(sfm), "matcher": matcher}}
-    (work / "summary.json").write_text(json.dumps(summary, indent=1))
+    atomic_write_text(work / "summary.json", json.dumps(summary, indent=1))
     _print_summary(console, summary, out)
     return summary
 
@@ -164,14 +208,17 @@ def _print_summary(console: Console, summary: Dict[str, Any], out: Path) -> None
     console.info(f"  splattrain fit --config configs/colmap.yaml data.path={escape(str(out))}")
 
 
-def from_arguments(args: argparse.Namespace) -> Tuple[SfmOptions, FrameOptions]:
-    """The parsed options as (SfmOptions, FrameOptions); UserError for values out of range."""
+def from_arguments(args: argparse.Namespace) -> Tuple[SfmOptions, FrameOptions, float]:
+    """The parsed options as (SfmOptions, FrameOptions, the photos' pixel limit in millions);
+    UserError for values out of range."""
     if args.frames < 3:
         raise UserError(f"--frames must be at least 3, got {args.frames}")
     if args.fps is not None and not args.fps > 0:
         raise UserError(f"--fps must be positive, got {args.fps}")
     if args.max_size < 64:
         raise UserError(f"--max-size must be at least 64 pixels, got {args.max_size}")
+    if not 0.01 <= args.max_megapixels <= 10_000:
+        raise UserError(f"--max-megapixels must be between 0.01 and 10000, got {args.max_megapixels}")
     sfm = SfmOptions(matcher=args.matcher, mapper=args.mapper, camera=args.camera, camera_model=args.camera_model,
                      device=args.device)
-    return sfm, FrameOptions(count=args.frames, fps=args.fps, max_size=args.max_size)
+    return sfm, FrameOptions(count=args.frames, fps=args.fps, max_size=args.max_size), args.max_megapixels

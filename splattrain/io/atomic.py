@@ -11,9 +11,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator
 
-import torch
-
-
 
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
@@ -80,6 +77,8 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 def atomic_torch_save(obj: Any, path: str | Path) -> None:
     """``torch.save`` to ``path`` atomically (serialised in memory first, so a full disk is an
     OSError naming ``path``, not an error from inside torch's zip writer)."""
+    import torch  # here: the other writes serve commands that never load PyTorch (``process``)
+
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     atomic_write_bytes(path, lambda f: f.write(buffer.getbuffer()))

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import resource
 import zlib
-from typing import Dict, Optional
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Dict, Optional
 
 from ..errors import DataError
+
+if TYPE_CHECKING:  # pragma: no cover - PyTorch is imported where tensors are checked
+    from torch import Tensor
 
 #: Deflate's largest expansion (a 258-byte match per 2 bits): gzip data cannot hold more.
 MAX_DEFLATE_RATIO = 1032
@@ -118,6 +118,8 @@ def unzstd_exact(decompressor, frame: bytes, size: int, name: str) -> bytes:
 
 def require_finite(params: Dict[str, Tensor], name: str) -> None:
     """Refuse Gaussians holding NaN or infinite values (DataError naming the file and how many)."""
+    import torch
+
     n = params["means"].shape[0]
     bad = torch.zeros(n, dtype=torch.bool)
     for value in params.values():

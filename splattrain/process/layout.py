@@ -62,19 +62,22 @@ def _as_pinhole(model: Any) -> None:
                                                          params=params, camera_id=camera.camera_id)
 
 
-def clear_outputs(out: Path) -> None:
-    """Remove what an earlier run wrote to the scene folders of ``out``."""
-    for name in OUTPUTS:
-        if (out / name).exists():
-            shutil.rmtree(out / name)
+def staging_folder(work: Path) -> Path:
+    """A new, empty folder in the work folder ``work`` where the scene is written before it
+    replaces the output's (what an interrupted run left there is the work folder's own)."""
+    staging = work / "scene"
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir()
+    return staging
 
 
 def write_scene(model: Any, model_dir: Path, image_dir: Path, out: Path, undistort: bool, work: Path,
                 progress: Callable[[int], None]) -> List[str]:
-    """``out/images`` and ``out/sparse/0`` for the registered images of ``model`` (on disk in
-    ``model_dir``, photos in ``image_dir``); returns the image names. ``progress`` counts images."""
+    """``out/images`` and ``out/sparse/0`` (``out``: a new, empty staging folder) for the
+    registered images of ``model`` (on disk in ``model_dir``, photos in ``image_dir``); returns
+    the image names. ``progress`` counts images."""
     pycolmap = require("pycolmap")
-    clear_outputs(out)
     names = sorted(image.name for image in model.images.values() if image.has_pose)
     (out / "sparse" / "0").mkdir(parents=True)
     if undistort:

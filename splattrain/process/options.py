@@ -15,6 +15,8 @@ CAMERA_MODELS = ("SIMPLE_PINHOLE", "PINHOLE", "SIMPLE_RADIAL", "RADIAL", "OPENCV
 #: Video frames kept by default, and the default limit on their long side in pixels.
 DEFAULT_FRAMES = 150
 DEFAULT_MAX_SIZE = 1600
+#: The default limit on a photo's pixels, in millions (a 100-megapixel camera's photos pass).
+DEFAULT_MAX_MEGAPIXELS = 100.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,3 +38,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fps", type=float, default=None, help="video: keep this many frames per second instead")
     parser.add_argument("--max-size", type=int, default=DEFAULT_MAX_SIZE, metavar="PX",
                         help="video: shrink frames to at most PX pixels on their long side")
+    parser.add_argument("--max-megapixels", type=float, default=DEFAULT_MAX_MEGAPIXELS, metavar="MP",
+                        help="skip photos larger than this many million pixels (checked before they are decoded)")

@@ -12,16 +12,18 @@ import threading
 from typing import Any, Callable, Dict, Optional, TypeVar
 
 from .. import interrupts
+from ..errors import UserError
 
 T = TypeVar("T")
 
 
 def run_polled(work: Callable[[Any], T], token: Any, poll: Callable[[], Optional[int]],
-               progress: Callable[[int], None], interval: float = 0.25) -> T:
+               progress: Callable[[int], None], interval: float = 0.25, stage: str = "a stage") -> T:
     """``work(token)`` on a worker thread; ``progress(poll())`` every ``interval`` seconds.
 
     ``token`` is a ``pycolmap.CancellationToken`` (or None where the call takes none: a stop
-    signal then takes effect when the call returns).
+    signal then takes effect when the call returns). An error COLMAP reports (a database that is
+    not one, a file it cannot read) is a UserError naming ``stage``.
     """
     outcome: Dict[str, Any] = {}
 
@@ -48,6 +50,11 @@ def run_polled(work: Callable[[Any], T], token: Any, poll: Callable[[], Optional
     if cancelled:  # the call ended because it was cancelled (pycolmap raises "Operation cancelled")
         interrupts.check()
     if "error" in outcome:
-        raise outcome["error"]
+        error = outcome["error"]
+        if isinstance(error, (RuntimeError, ValueError)):
+            lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+            raise UserError(f"COLMAP {stage} failed: {(lines or [type(error).__name__])[-1][:300]} "
+                            "(COLMAP's log: colmap/colmap.log.*)") from None
+        raise error
     interrupts.check()
     return outcome["value"]

@@ -8,12 +8,14 @@ gives the progress bar its steps; nothing reads the database while pycolmap writ
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
 
 from ..errors import UserError
+from ..io.atomic import atomic_write_text
 from . import database, require
 from .options import CAMERA_MODES
 from .runner import run_polled
@@ -22,6 +24,13 @@ from .runner import run_polled
 SEQUENTIAL_OVERLAP = 10
 #: Features and matches are computed in this many calls: progress, and a stop, between them.
 CHUNKS = 25
+#: Memory of one SIFT thread on the CPU: a fixed part plus bytes per pixel of the image it reads,
+#: once shrunk to COLMAP's SIFT_MAX_SIDE (COLMAP doubles it for the first octave). Measured with
+#: pycolmap 4.2: 0.2 GB of address space for an 800x800 image, 1.9 GB for 2400x2400, 3.7 GB for 3200x3200
+#: (and for 6400x6400, shrunk to 3200x3200).
+SIFT_THREAD_BYTES = 160 << 20
+SIFT_BYTES_PER_PIXEL = 350
+SIFT_MAX_SIDE = 3200
 
 Progress = Callable[[int], None]
 
@@ -78,16 +87,38 @@ def pairs_to_match(names: List[str], matcher: str) -> List[Tuple[str, str]]:
     return [(a, names[i + d]) for i, a in enumerate(names) for d in steps if i + d < len(names)]
 
 
+def sift_threads(size: Tuple[int, int], device: Any) -> int:
+    """SIFT threads whose images of ``size`` (the largest) fit in the memory this process can
+    still allocate (every core when it does not say); UserError when not even one does. On a
+    GPU, 0: COLMAP's choice."""
+    from ..io.limits import available_memory, gib
+
+    if getattr(device, "name", str(device)) == "cuda":
+        return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    width, height = size
+    scale = min(1.0, SIFT_MAX_SIDE / max(width, height, 1))
+    per_thread = SIFT_THREAD_BYTES + SIFT_BYTES_PER_PIXEL * (width * scale) * (height * scale)
+    free = available_memory()
+    if free is None:
+        return cores
+    if free < per_thread:
+        raise UserError(f"feature extraction on {width}x{height} images needs about {gib(per_thread)} of memory, "
+                        f"more than the {gib(free)} available; shrink the photos (a video: --max-size)")
+    return max(1, min(cores, int(free // per_thread)))
+
+
 def _chunks(items: List[Any], smallest: int) -> List[List[Any]]:
     """``items`` in about ``CHUNKS`` runs of at least ``smallest`` (each pycolmap call costs a start-up)."""
     size = max(smallest, -(-len(items) // CHUNKS))
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
-def extract(db: Path, image_dir: Path, names: List[str], options: SfmOptions, device: Any, progress: Progress) -> int:
+def extract(db: Path, image_dir: Path, names: List[str], options: SfmOptions, device: Any, progress: Progress,
+            threads: int = 0) -> int:
     """SIFT features of ``names`` (relative to ``image_dir``) into ``db``, in chunks (progress and
-    Ctrl-C between and within them); images that already have features are skipped. Returns
-    how many were reused."""
+    Ctrl-C between and within them), on ``threads`` threads (0: one per core); images that
+    already have features are skipped. Returns how many were reused."""
     pycolmap = require("pycolmap")
     done = {name for name, count in database.images_with_features(db).items() if count > 0}
     todo = [name for name in names if name not in done]
@@ -95,6 +126,8 @@ def extract(db: Path, image_dir: Path, names: List[str], options: SfmOptions, de
     progress(reused)
     reader = pycolmap.ImageReaderOptions()
     reader.camera_model = options.camera_model
+    extraction = pycolmap.FeatureExtractionOptions()
+    extraction.num_threads = threads or -1
     mode = getattr(pycolmap.CameraMode, CAMERA_MODES[options.camera])
     groups = _chunks(todo, 8) if options.camera != "per-folder" else _by_folder(todo)
     finished = reused
@@ -104,8 +137,9 @@ def extract(db: Path, image_dir: Path, names: List[str], options: SfmOptions, de
             if camera is not None:
                 reader.existing_camera_id = camera
         run_polled(lambda tok: pycolmap.extract_features(db, image_dir, image_names=group, camera_mode=mode,
-                                                         reader_options=reader, device=device, cancellation_token=tok),
-                   pycolmap.CancellationToken(), lambda: None, progress)
+                                                         reader_options=reader, extraction_options=extraction,
+                                                         device=device, cancellation_token=tok),
+                   pycolmap.CancellationToken(), lambda: None, progress, stage="feature extraction")
         finished += len(group)
         progress(finished)
     return reused
@@ -119,23 +153,25 @@ def _by_folder(names: List[str]) -> List[List[str]]:
 
 
 def match(db: Path, pairs: List[Tuple[str, str]], device: Any, work: Path, progress: Progress) -> int:
-    """Match and verify ``pairs`` in chunks; pairs already matched in ``db`` are skipped.
+    """Match and verify ``pairs`` in chunks; pairs already matched in ``db`` are skipped, and so
+    are pairs with an image COLMAP could not read (it has no features: reported as left out).
     Returns how many were reused."""
     pycolmap = require("pycolmap")
     ids = database.image_ids(db)
     done = database.matched_pairs(db)
+    pairs = [(a, b) for a, b in pairs if a in ids and b in ids]
     todo = [(a, b) for a, b in pairs if tuple(sorted((ids[a], ids[b]))) not in done]
     reused = len(pairs) - len(todo)
     progress(reused)
     listing = work / "pairs.txt"
     finished = reused
     for group in _chunks(todo, 100):
-        listing.write_text("".join(f"{a} {b}\n" for a, b in group))
+        atomic_write_text(listing, "".join(f"{a} {b}\n" for a, b in group))
         pairing = pycolmap.ImportedPairingOptions()
         pairing.match_list_path = str(listing)
         run_polled(lambda tok: pycolmap.match_image_pairs(db, pairing_options=pairing, device=device,
                                                           cancellation_token=tok),
-                   pycolmap.CancellationToken(), lambda: None, progress)
+                   pycolmap.CancellationToken(), lambda: None, progress, stage="matching")
         finished += len(group)
         progress(finished)
     listing.unlink(missing_ok=True)
@@ -154,7 +190,8 @@ def map_scene(db: Path, image_dir: Path, out: Path, mapper: str, progress: Progr
     if mapper == "global":
         if not hasattr(pycolmap, "global_mapping"):
             raise UserError(f"--mapper global: pycolmap {pycolmap.__version__} has no global mapper; use incremental")
-        models = run_polled(lambda tok: pycolmap.global_mapping(db, image_dir, out), None, lambda: None, progress)
+        models = run_polled(lambda tok: pycolmap.global_mapping(db, image_dir, out), None, lambda: None, progress,
+                            stage="mapping")
     else:
         registered = [1]
 
@@ -166,7 +203,7 @@ def map_scene(db: Path, image_dir: Path, out: Path, mapper: str, progress: Progr
         models = run_polled(
             lambda tok: pycolmap.incremental_mapping(db, image_dir, out, next_image_callback=next_image,
                                                      cancellation_token=tok),
-            token, lambda: None, progress)
+            token, lambda: None, progress, stage="mapping")
     return dict(sorted(models.items(), key=lambda item: -item[1].num_reg_images()))
 
 
