@@ -13,7 +13,7 @@ from rich.markup import escape
 from ..console import Console
 from ..errors import UserError
 from ..io.atomic import atomic_write_text
-from ..process import require
+from ..process import database, require
 from ..process.display import Stage
 from ..process.frames import FrameOptions, extract_frames
 from ..process.inputs import input_kind, list_images
@@ -41,12 +41,17 @@ def _check_database(db: Path) -> None:
         header = handle.read(len(SQLITE_HEADER))
     if header and header != SQLITE_HEADER:
         raise UserError(f"{db}: not a COLMAP database (not an SQLite file); move it away to start a new one")
+    tables = database.table_names(db)
+    if tables and not {"cameras", "images"} <= tables:
+        raise UserError(f"{db}: an SQLite database that is not COLMAP's (tables {', '.join(sorted(tables)[:5])}); "
+                        "move it away to start a new one")
 
 
 def _fresh_database(work: Path, key: Dict[str, Any], console: Console) -> None:
     """Start a new database when the input or the camera options differ from the last run's
     (or the record of those, ``options.json``, is damaged: it is rebuilt)."""
     saved, db = work / "options.json", work / "database.db"
+    _check_database(db)  # a file that is not COLMAP's is never deleted
     if saved.is_file():
         try:
             same = json.loads(saved.read_text(encoding="utf-8")) == key
@@ -57,7 +62,6 @@ def _fresh_database(work: Path, key: Dict[str, Any], console: Console) -> None:
             db.unlink(missing_ok=True)
             for extra in ("database.db-wal", "database.db-shm"):
                 (work / extra).unlink(missing_ok=True)
-    _check_database(db)
     atomic_write_text(saved, json.dumps(key, indent=1))
 
 

@@ -23,6 +23,11 @@ def _query(db: Path, sql: str, args: tuple = ()) -> Optional[list]:
         return None
 
 
+def table_names(db: Path) -> Set[str]:
+    """The tables in ``db`` (empty for a new or unreadable file)."""
+    return {name for (name,) in _query(db, "SELECT name FROM sqlite_master WHERE type = 'table'") or []}
+
+
 def image_ids(db: Path) -> Dict[str, int]:
     """Image name -> image id."""
     return {name: int(i) for i, name in _query(db, "SELECT image_id, name FROM images") or []}

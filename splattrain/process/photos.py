@@ -32,7 +32,8 @@ def photo_problem(path: Path, max_pixels: int) -> str | Tuple[int, int]:
                 image.draft("RGB", (max(1, width // 8), max(1, height // 8)))
                 image.load()
     except OSError as err:  # also Pillow's UnidentifiedImageError, truncated and corrupt data
-        return f"not a readable image ({str(err).splitlines()[0][:100] if str(err) else type(err).__name__})"
+        why = (str(err).splitlines() or [type(err).__name__])[0].replace(f" '{path}'", "").replace(str(path), "")
+        return f"not a readable image ({why[:100]})"
     except (ValueError, SyntaxError, MemoryError, EOFError) as err:
         return f"not a readable image ({type(err).__name__})"
     finally:
