@@ -219,3 +219,33 @@ def test_a_damaged_frame_manifest_is_named_and_the_frames_extracted_again(tmp_pa
     assert f"warning: {manifest} was damaged; the frames are extracted again" in result.stdout
     assert result.stderr.strip().splitlines()[-1] == first.stderr.strip().splitlines()[-1]
     assert json.loads(manifest.read_text())["report"]["kept"] == 6
+
+
+def test_a_large_video_is_shrunk_while_it_is_decoded(tmp_path):
+    """A 52 KB video of 60 frames of 4096 x 4096: kept at full size until the end, its frames took
+    3 GB (a numpy allocation traceback under a 2 GB address space); ffmpeg now shrinks each frame
+    as it decodes it and each stretch's frame is written as the stretch ends."""
+    import resource
+    import subprocess
+    import sys
+
+    import imageio_ffmpeg
+
+    from conftest import REPO
+
+    video = tmp_path / "big.mp4"
+    subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-loglevel", "error", "-f", "lavfi", "-i",
+                    "color=c=gray:size=4096x4096:rate=30", "-frames:v", "60", "-c:v", "libx264", "-preset", "ultrafast",
+                    "-pix_fmt", "yuv420p", str(video)], check=True, timeout=120)
+    assert video.stat().st_size < 200_000
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    result = subprocess.run([sys.executable, "-m", "splattrain", "process", str(video), str(tmp_path / "scene"),
+                             "--max-size", "64"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                            preexec_fn=cap)
+    assert "60/60 frames decoded" in result.stdout, result.stdout + result.stderr
+    frames = sorted((tmp_path / "scene" / "colmap" / "frames").glob("frame_*.jpg"))
+    assert len(frames) == 60 and Image.open(frames[0]).size == (64, 64)
+    assert_one_line_error(result, str(video), "only 0 of 60 images could be registered")  # one grey picture
