@@ -121,8 +121,9 @@ class Browser:
             shutil.rmtree(self.profile, ignore_errors=True)
 
 
-def wait_until(condition: Callable[[], object], timeout: float = 30.0, what: str = "condition") -> object:
-    """Poll ``condition`` until it returns something truthy."""
+def wait_until(condition: Callable[[], object], timeout: float = 90.0, what: str = "condition") -> object:
+    """Poll ``condition`` until it returns something truthy (``timeout``: a guard against a hang,
+    long enough for a loaded machine)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()

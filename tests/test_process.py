@@ -224,10 +224,12 @@ def test_ctrl_c_stops_cleanly_and_the_next_run_resumes(tmp_path: Path) -> None:
     scene = tmp_path / "scene"
     proc = subprocess.Popen([sys.executable, "-m", "splattrain", "process", str(photos), str(scene)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not (scene / "colmap" / "database.db").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)
+    from splattrain.process.database import images_with_features
+
+    deadline = time.monotonic() + 120  # until the first photo's features are in: extraction is under way
+    while not any(images_with_features(scene / "colmap" / "database.db").values()):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.02)
     os.kill(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, out + err

@@ -155,7 +155,8 @@ def test_hook_timing_adds_up_to_time_in_hooks(tmp_path):
     assert hooks.calls[("SleepyHook", "before_train_iter")] == 20
     assert hooks.seconds[("SleepyHook", "after_train_iter")] >= 20 * 0.003
     rows = hooks.timing_rows(trainer.train_seconds)
-    assert rows[0][:2] == ["SleepyHook", "after_train_iter"]
+    assert [float(row[3]) for row in rows] == sorted((float(row[3]) for row in rows), reverse=True)  # slowest first
+    assert ["SleepyHook", "after_train_iter", "20"] in [row[:3] for row in rows]
     assert "time in hooks" in (tmp_path / "run" / "log.txt").read_text()
 
 

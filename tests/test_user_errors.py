@@ -146,7 +146,8 @@ def test_ctrl_c_during_start_up_exits_130_quietly(tmp_path, trained):
         out, err = process.communicate(timeout=120)
         assert process.returncode == 130, (extra_delay, err)
         assert "Traceback" not in out + err and "KeyboardInterrupt" not in err, (extra_delay, err)
-        assert err.strip() == "stopped by SIGINT", err
+        # one line; on a loaded machine PyTorch's import may outlast the 5 s a signal waits for a safe point
+        assert err.strip() in ("stopped by SIGINT", "stopped by SIGINT: no safe point came within 5 s; ended at once"), err
 
 
 # -- data: images of every PNG mode, a PLY with NaN ---------------------------------------

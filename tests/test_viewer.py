@@ -127,6 +127,17 @@ def test_view_queue_drags_coarse_then_sharp_and_refreshes_still_views():
     assert len(views) == 1 and views.sent(ViewRequest(1, None, "rgb", 64), image) is None
     assert motion_resolution(64) == 64
 
+    # a view showing a drag's coarse image is not a still view: no refresh compares against it, the
+    # full resolution follows the drag
+    views.camera_moved(2, now=30.0)
+    views.sent(views.next("rgb", 512, now=30.0), image, now=30.0)
+    views.camera_moved(2, now=30.05)
+    request = views.next("rgb", 512, now=30.05)
+    assert request.coarse and views.sent(request, image, now=30.06) is False
+    assert views.next("rgb", 512, refresh_after=0.01, now=30.2) is None
+    request = views.next("rgb", 512, refresh_after=0.01, now=30.05 + MOTION_GAP)
+    assert not request.refresh and not request.coarse and request.resolution == 512
+
 
 def test_default_hooks_viewer_is_off_until_named_and_names_a_busy_port(tmp_path):
     assert not any(isinstance(h, ViewerHook) for h in build(tmp_path, 5).hooks.hooks)
@@ -239,7 +250,6 @@ def test_ctrl_c_while_paused_saves_and_exits_130(tmp_path):
     cfg.write_text(tiny_config_text(tmp_path, steps=200, extra="default_hooks:\n  viewer: {port: 0, paused: true}\n"))
     process = start_fit(cfg)
     wait_for_line(process, "viewer: paused at step 0")
-    time.sleep(0.5)
     process.send_signal(signal.SIGINT)
     output, _ = process.communicate(timeout=120)
     assert process.returncode == 130, output
@@ -299,14 +309,21 @@ def test_missing_viser_is_one_line_naming_the_package(tmp_path, monkeypatch, cap
     assert len(err) == 1 and "viser" in err[0] and "splattrain[viewer]" in err[0]
 
 
-def test_paused_time_counts_in_neither_rate_nor_eta():
+def test_paused_time_counts_in_neither_rate_nor_eta(monkeypatch):
+    import types
+
+    from splattrain import console
     from splattrain.console import ProgressLogger
 
+    clock = [1000.0]  # a clock the test moves: the rate depends on no real time
+    monkeypatch.setattr(console, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     with ProgressLogger(Console(quiet=True), total=100) as progress:
+        clock[0] += 0.05  # training
         progress.set_paused(True, 0)
-        time.sleep(0.3)
+        clock[0] += 30.0  # paused
         progress.set_paused(False, 0)
-        assert progress.rate(10) > 100.0  # 10 steps in the few ms not paused (0.3 s paused: 33/s)
+        clock[0] += 0.05  # training
+        assert progress.rate(10) == pytest.approx(100.0)  # 10 steps in the 0.1 s not paused (30.1 s: 0.33/s)
 
 
 def test_cameras_option_starts_with_the_frustums_hidden_and_the_checkbox_shows_them(tmp_path):

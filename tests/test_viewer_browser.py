@@ -65,14 +65,28 @@ def trained_ply(tmp_path_factory) -> Path:
 
 
 class Slow(Hook):
-    """Keeps each step at least ``seconds`` long, so a person (or a test) can watch it."""
+    """Keeps each step at least ``seconds`` long, so a person (or a test) can watch it; ``held``
+    is set while the run is held by a pause."""
 
     def __init__(self, seconds: float) -> None:
         super().__init__()
         self.seconds = seconds
+        self.held = threading.Event()
 
     def after_train_iter(self, trainer, step, batch, outputs):
         time.sleep(self.seconds)
+
+    def set_paused(self, trainer, paused: bool) -> None:
+        (self.held.set if paused else self.held.clear)()
+
+
+def served_twice_more(viewer: ViewerHook) -> None:
+    """Wait until the held run's viewer has rendered the browser's view twice more (each asked
+    for by a change of settings): the run went round its pause at least twice."""
+    for _ in range(2):
+        renders = viewer.service.renders
+        viewer.server.mark_all_dirty()
+        wait_until(lambda: viewer.service.renders > renders, what="the viewer to render while paused")
 
 
 def build(root: Path, name: str, ply: Path, extra: str = "") -> DefaultTrainer:
@@ -85,7 +99,8 @@ def build(root: Path, name: str, ply: Path, extra: str = "") -> DefaultTrainer:
 def test_live_run_in_the_browser(tmp_path, trained_ply):
     require_browser()
     trainer = build(tmp_path, "watched", trained_ply, "default_hooks:\n  viewer: {port: 0, paused: true}\n")
-    trainer.register_hook(Slow(0.02))
+    slow = Slow(0.02)
+    trainer.register_hook(slow)
     viewer = next(h for h in trainer.hooks.hooks if isinstance(h, ViewerHook))
     errors: list = []
     thread = threading.Thread(target=lambda: _train(trainer, errors), daemon=True)
@@ -110,15 +125,15 @@ def test_live_run_in_the_browser(tmp_path, trained_ply):
 
         # Paused from the start: the counter stands still; Resume restarts it; Pause stops it.
         first = browser.step()
-        time.sleep(2.0)
-        assert browser.step() == first == 0
+        served_twice_more(viewer)
+        assert browser.step() == first == trainer.step == 0
         browser.click("Resume")
         wait_until(lambda: (browser.step() or 0) > 5, what="training to go on")
         browser.click("Pause")
-        wait_until(lambda: viewer.status()["paused"] and "(paused)" in browser.text(), what="the pause")
-        time.sleep(0.6)  # the panel catches up with the last step
-        before = browser.step()
-        time.sleep(2.0)
+        wait_until(slow.held.is_set, what="the run to be held")
+        before = trainer.step
+        wait_until(lambda: browser.step() == before and "(paused)" in browser.text(), what="the panel to show the pause")
+        served_twice_more(viewer)
         assert browser.step() == before == trainer.step and 0 < before < 200
 
         # A second tab is a second client; closing it leaves the first one working.
@@ -164,12 +179,11 @@ def test_a_still_view_is_sent_again_only_when_training_changed_it(tmp_path, trai
             wait_until(lambda: viewer.server is not None and viewer.server.paused, what="the viewer to start paused")
             browser.open(viewer.server.url)
             wait_until(lambda: viewer.service.images_sent > 0, what="the first image")
-            time.sleep(1.0)  # the browser's camera settles
-            renders, sent = viewer.service.renders, viewer.service.images_sent
-            viewer.resume()
+            refreshes, sent = viewer.service.refreshes, viewer.service.refreshes_sent
+            viewer.resume()  # refreshes are counted apart from the renders the browser's camera changes ask for
             thread.join(timeout=120)
             assert not thread.is_alive() and not errors, errors
-            counts[name] = (viewer.service.renders - renders, viewer.service.images_sent - sent)
+            counts[name] = (viewer.service.refreshes - refreshes, viewer.service.refreshes_sent - sent)
     finally:
         browser.close()
     refreshes, sent = counts["learning"]

@@ -35,20 +35,20 @@ def run_polled(work: Callable[[Any], T], token: Any, poll: Callable[[], Optional
 
     thread = threading.Thread(target=target, name="pycolmap", daemon=True)
     thread.start()
-    cancelled = False
+    stopped = None  # the stop signal the call was cancelled for: acted on, the call winds down
     while thread.is_alive():
         thread.join(interval)
         done = poll()
         if done is not None:
             progress(done)
-        if not cancelled and token is not None and interrupts.pending() is not None:
+        if stopped is None and token is not None and interrupts.pending() is not None:
+            stopped = interrupts.take()
             token.cancel()
-            cancelled = True
     done = poll()
     if done is not None:
         progress(done)
-    if cancelled:  # the call ended because it was cancelled (pycolmap raises "Operation cancelled")
-        interrupts.check()
+    if stopped is not None:  # the call ended because it was cancelled (pycolmap raises "Operation cancelled")
+        raise interrupts.Interrupted(stopped)
     if "error" in outcome:
         error = outcome["error"]
         if isinstance(error, (RuntimeError, ValueError)):

@@ -106,8 +106,8 @@ class ViewQueue:
              now: Optional[float] = None) -> Optional[ViewRequest]:
         """The view to render next: one whose camera or settings changed, or whose coarse image
         of a movement is due its full resolution (the one served longest ago first); else, when
-        ``refresh_after`` is given, a refresh of the view served longest ago, if that was more
-        than ``refresh_after`` seconds ago."""
+        ``refresh_after`` is given, a refresh of the still view served longest ago (not one
+        showing a movement's coarse image), if that was more than ``refresh_after`` seconds ago."""
         now = time.monotonic() if now is None else now
         with self._lock:
             urgent = [(s.served_at, cid) for cid, s in self._clients.items()
@@ -118,9 +118,10 @@ class ViewQueue:
                 coarse = state.dirty and state.moving and not state.png and now - state.moved_at < MOTION_GAP
                 return ViewRequest(cid, None, mode, motion_resolution(resolution) if coarse else resolution,
                                    state.version, coarse=coarse)
-            if refresh_after is None or not self._clients:
+            still = [(s.served_at, cid) for cid, s in self._clients.items() if not s.coarse]  # a coarse image's
+            if refresh_after is None or not still:  # full resolution comes MOTION_GAP after the movement, above
                 return None
-            served_at, cid = min((s.served_at, cid) for cid, s in self._clients.items())
+            served_at, cid = min(still)
             if now - served_at < refresh_after:
                 return None
             state = self._clients[cid]

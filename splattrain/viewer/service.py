@@ -69,6 +69,8 @@ class ViewService:
         self.renders = 0
         self.render_seconds = 0.0
         self.images_sent = 0
+        self.refreshes = 0  # renders of a still view (while training)
+        self.refreshes_sent = 0  # those sent because the view changed visibly
         self._png_count = 0
 
     def render_pose(self, model: GaussianModel, sh_degree: int, pose: ViewPose, mode: str,
@@ -95,10 +97,12 @@ class ViewService:
                                   f"viewer: a view could not be rendered and was skipped ({type(err).__name__}: "
                                   f"{str(err)[:200]})")
             return time.perf_counter() - started
+        self.refreshes += request.refresh
         if request.refresh and not visibly_changed(request.shown, image):
             self.server.keep(request)
         else:
             self.images_sent += 1
+            self.refreshes_sent += request.refresh
             if self.server.send(request, image):
                 try:
                     self._save_png(request, image)
