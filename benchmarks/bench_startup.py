@@ -50,7 +50,7 @@ def mark(name, since):
 
 from pathlib import Path
 import splattrain.engine.trainer as trainer_module
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.console import Console
 t = mark("import", started)
 

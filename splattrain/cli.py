@@ -127,9 +127,9 @@ def escape(text: str) -> str:
 def _fit(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
-    from .config import config_to_yaml, load_config
+    from .config import config_to_yaml
     from .console import Console
-    from .engine import DefaultTrainer  # noqa: F401  (registers the built-in trainer)
+    from .engine import load_run_config
     from .registry import TRAINERS
 
     if args.nproc is not None:
@@ -147,16 +147,19 @@ def _fit(args: argparse.Namespace) -> int:
         args.overrides.insert(0, args.viewer)  # `--viewer key=value`: an override, not a port
         args.viewer = "8080"
     viewer = [] if args.viewer is None else [f"default_hooks.viewer.port={args.viewer}"]
-    cfg = load_config(config_path, [*args.overrides, *viewer])
+    run_config = load_run_config(config_path, [*args.overrides, *viewer])
+    cfg = run_config.cfg
     resume = shlex.join(["splattrain", "fit", "--config", str(config_path), *args.overrides, "--resume"])
     with _naming_config(config_path):  # what fails while plugins are built names the config too
         trainer = TRAINERS.get(cfg.trainer.type)(cfg, console=console, config_dir=config_path.parent,
-                                                 resume_command=resume)
+                                                 resume_command=resume, scaled=run_config.scaled)
     if args.dry_run:
         if not trainer.is_main:
             return 0
         console.table("hooks", ["point", "hooks (priority)"], [[p, ", ".join(n)] for p, n in trainer.hooks.table()])
         console.table("writers", ["type", "class", "options"], _writer_rows(cfg.writers))
+        for line in run_config.scaled:
+            console.info(f"scaled: {escape(line)}")
         console.print(escape(config_to_yaml(cfg)))
         return 0
     if args.overwrite and args.resume is not None:
@@ -266,8 +269,8 @@ def _process(args: argparse.Namespace) -> int:
 
 def _schedule(args: argparse.Namespace) -> int:
     from .commands.schedule import show_schedule
-    from .config import load_config
     from .console import Console
+    from .engine import load_config
 
     show_schedule(load_config(Path(args.config), args.overrides), Console(), out=args.out)
     return 0
@@ -280,9 +283,7 @@ def _list(args: argparse.Namespace) -> int:
 
     if args.config:  # the config's imports: may register more: import everything
         from . import registry
-        from .config import load_config
-
-        import splattrain.engine  # noqa: F401  (registers the built-in trainer)
+        from .engine import load_config  # imports every built-in plugin
 
         load_config(Path(args.config))
         described = getattr(registry, _REGISTRIES[args.what]).describe()

@@ -64,7 +64,7 @@ def test_global_view_order_is_the_same_whatever_the_world_size(tiny_scene_cfg):
 @pytest.fixture
 def tiny_scene_cfg(tmp_path):
     from conftest import tiny_config_text
-    from splattrain.config import load_config
+    from splattrain.engine import load_config
 
     (tmp_path / "cfg.yaml").write_text(tiny_config_text(tmp_path))
     return load_config(tmp_path / "cfg.yaml")
@@ -283,7 +283,7 @@ def test_nproc_shorthand_starts_ranks_and_passes_user_errors_through(tmp_path):
 
 def test_resuming_with_another_global_batch_warns(tmp_path):
     from conftest import tiny_config_text
-    from splattrain.config import load_config
+    from splattrain.engine import load_config
     from splattrain.console import Console
     from splattrain.engine import DefaultTrainer
 

@@ -20,7 +20,7 @@ from resume_check import assert_same, assert_same_run, single_thread, straight_a
 from splattrain import Hook
 from splattrain import SceneData
 from splattrain.checkpoint import load_checkpoint_file
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.config.imports import import_user_modules
 from splattrain.console import Console
 from splattrain.data.blender import load_blender

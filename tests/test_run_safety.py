@@ -14,7 +14,7 @@ import pytest
 
 from conftest import REPO, tiny_config_text
 from splattrain.checkpoint import load_checkpoint_file
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer
 from splattrain.hooks import Hook

@@ -21,7 +21,7 @@ from rich.console import Console as RichConsole
 from conftest import REPO, tiny_config_text
 from splattrain import WRITERS, Writer
 from splattrain.cli import main
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer
 from splattrain.errors import ConfigError

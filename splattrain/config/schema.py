@@ -13,6 +13,10 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
+#: Field metadata of the step-valued keys: they follow trainer.schedule_steps and steps_scaler
+#: (splattrain.steps; the engine scales them).
+STEPS = {"steps": "steps"}
+
 
 @dataclass
 class TrainerConfig:
@@ -21,8 +25,8 @@ class TrainerConfig:
     max_steps: int = 7000
     steps_scaler: float = 1.0  # multiplies max_steps and every step-valued setting (gsplat's steps_scaler)
     schedule_steps: Optional[int] = None  # the run length the step settings are written for; they follow max_steps
-    val_interval: int = 1000  # validate every N steps (0: only at the last step)
-    val_begin: int = 0  # no periodic validation before this step
+    val_interval: int = field(default=1000, metadata=STEPS)  # validate every N steps (0: only at the last step)
+    val_begin: int = field(default=0, metadata=STEPS)  # no periodic validation before this step
     val_on_resume: bool = False  # validate once right after resuming from a checkpoint
     hook_timing: bool = True  # time every hook at every point; a table at the end of the run
     batch_size: int = 1  # views rendered together per step (their images must share one size)
@@ -74,7 +78,7 @@ class ModelConfig:
     """The Gaussian scene model."""
 
     sh_degree: int = 3  # highest spherical-harmonics degree (stored, and reached by the schedule)
-    sh_degree_interval: int = 1000  # raise the active degree by one every N steps (0: max degree from the start)
+    sh_degree_interval: int = field(default=1000, metadata=STEPS)  # raise the active degree by one every N steps (0: max degree from the start)
     init: InitConfig = field(default_factory=InitConfig)
 
 

@@ -12,7 +12,6 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ..config.steps import check_schedule
 from ..data.loading import load_scene
 from ..data.pipeline import DataPipeline, camera_scene_scale
 from ..distributed import DistContext
@@ -28,6 +27,7 @@ from ..strategy.protocol import Strategy
 from ..view_opt import ViewCorrections
 from ..hooks.trainer_api import RunSchedule
 from .batching import views_per_step
+from .step_scaling import check_schedule
 from .model_init import build_model
 
 Message = Callable[[str], None]
@@ -57,7 +57,7 @@ def plain(node: Any) -> Dict[str, Any]:
 
 
 def build_components(cfg: DictConfig, dist: DistContext, background: torch.Tensor, config_dir: Optional[Path],
-                     info: Message, warning: Message) -> Components:
+                     info: Message, warning: Message, scaled: Tuple[str, ...] = ()) -> Components:
     """Load the scene and build the model, renderer, strategy, loss, optimizers and view corrections."""
     device, max_steps = dist.device, int(cfg.trainer.max_steps)
     data_type, scene = load_scene(cfg.data, config_dir=config_dir)
@@ -90,7 +90,7 @@ def build_components(cfg: DictConfig, dist: DistContext, background: torch.Tenso
     )
     return Components(
         data=data, data_type=data_type, scene_scale=scene_scale, model=model, renderer=renderer,
-        strategy=strategy, loss=loss, schedule=run_schedule(cfg, views, loss.needs_depth),
+        strategy=strategy, loss=loss, schedule=run_schedule(cfg, views, loss.needs_depth, scaled),
         optimizers=optimizers, schedulers=schedulers,
         strategy_state=strategy.initialize_state(scene_scale=scene_scale), view_opt=view_opt,
     )

@@ -13,10 +13,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from .. import interrupts
 from ..config import config_to_yaml
-from ..config.imports import import_user_modules
+from ..config.imports import import_user_modules, resolved_imports
 from ..console import Console
 from ..distributed import DistContext, RankConsole
-from ..errors import ConfigError, UserError
+from ..errors import UserError
 from ..hooks.base import Hook
 from ..hooks.dispatch import HookDispatcher
 from ..hooks.trainer_api import GaussiansMoved, StepOutputs
@@ -32,6 +32,7 @@ from .build import build_components, build_hooks
 from .replicas import check_replicas
 from .run_folder import RunFolder
 from .setup import resolve_device, seed_everything
+from .step_scaling import scale_steps
 
 #: What a published checkpoint keeps: enough to evaluate, render and export.
 PUBLISHED_KEYS = ("version", "step", "config", "sh_degree", "gaussians", "last_metrics", "world_transform")
@@ -41,17 +42,21 @@ PUBLISHED_KEYS = ("version", "step", "config", "sh_degree", "gaussians", "last_m
 class DefaultTrainer:
     """Trains a Gaussian scene from a resolved config, calling hooks at every point.
 
-    Build it with a config from :func:`splattrain.engine.load_config`, then call :meth:`train`.
+    Build it with a config from :func:`splattrain.engine.load_config` (``scaled``: the lines
+    :func:`~splattrain.engine.load_run_config` gave), then call :meth:`train`.
     What hooks and plugins may read and call is the :class:`~splattrain.hooks.trainer_api.Trainer`
     protocol; every attribute is assigned here and nowhere else. ``resume_command`` is the command
     line that resumes the run (shown when it stops).
     """
 
     def __init__(self, cfg: DictConfig, console: Optional[Console] = None, config_dir: Optional[Path] = None,
-                 resume_command: Optional[str] = None) -> None:
+                 resume_command: Optional[str] = None, scaled: Sequence[str] = ()) -> None:
         self.cfg = cfg
         self.console = console or Console()
+        cfg.imports = resolved_imports(list(cfg.imports), config_dir)  # the run's config.yaml finds them anywhere
         import_user_modules(list(cfg.imports), config_dir)
+        if cfg.trainer.schedule_steps is not None or float(cfg.trainer.steps_scaler) != 1.0:
+            scaled = scale_steps(cfg)  # a config not read by load_config: its step settings are fitted here
         seed_everything(cfg.seed)
         self.dist = DistContext.from_env(cfg.trainer.dist_backend, resolve_device(cfg.trainer.device),
                                          cfg.trainer.dist_threads, cfg.trainer.dist_early_bytes)
@@ -65,7 +70,8 @@ class DefaultTrainer:
         self.step = 0
         self.background = torch.tensor(list(cfg.data.background), dtype=torch.float32, device=self.device)
 
-        built = build_components(cfg, self.dist, self.background, config_dir, self.console.info, self.console.warning)
+        built = build_components(cfg, self.dist, self.background, config_dir, self.console.info, self.console.warning,
+                                 tuple(scaled))
         self.data, self.data_type, self.scene_scale = built.data, built.data_type, built.scene_scale
         self.model, self.renderer, self.strategy, self.loss = built.model, built.renderer, built.strategy, built.loss
         self.schedule, self.optimizers, self.schedulers = built.schedule, built.optimizers, built.schedulers
@@ -90,7 +96,6 @@ class DefaultTrainer:
         self._stop_request: Optional[str] = None
         self._validation_request = self._checkpoint_request = False
         self.stopped: Optional[Dict[str, Any]] = None  #: ``{step, reason}`` once a requested stop ended the run
-        self._strategy_cap = int(getattr(self.strategy, "max_gaussians", 0) or 0)  # the configured cap
         self._paused_in_step = 0.0  # seconds the running step spent paused
         self._failed = False  # once the run failed: no collective exchange (the other ranks may be gone)
 
@@ -142,11 +147,7 @@ class DefaultTrainer:
 
     def cap_gaussians(self, limit: Optional[int]) -> None:
         """Bound densification's growth at ``limit`` Gaussians (with the strategy's own cap)."""
-        if not getattr(self.strategy, "supports_cap", False):
-            raise ConfigError(f"strategy {type(self.strategy).__name__} cannot cap the number of Gaussians "
-                              "(supports_cap); use a strategy with max_gaussians")
-        limits = [x for x in (self._strategy_cap or None, limit) if x is not None]
-        self.strategy.max_gaussians = min(limits) if limits else 0
+        self.strategy.limit_growth(limit)
 
     def remove_gaussians(self, mask: torch.Tensor) -> None:
         """Remove the Gaussians where ``mask`` is True, with their optimizer and strategy state."""

@@ -12,6 +12,7 @@ from .iter_timer import IterTimerHook
 from .log_hook import LogHook
 from .memory_budget import MemoryBudgetHook
 from .resolution import ResolutionScheduleHook
+from . import specs  # noqa: F401  (how hook sections are checked)
 from .resources import EmptyCacheHook, ProfilerHook
 from .trainer_api import RunSchedule, StepOutputs, Trainer
 from .viewer_hook import ViewerHook

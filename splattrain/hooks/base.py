@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Any, Dict, Union
+from typing import Any, Dict, List, Tuple, Union
+
+from ..steps import check_step_annotations, option_defaults, scale_options, step_kinds
 
 from .trainer_api import StepOutputs, Trainer
 
@@ -178,6 +180,17 @@ class Hook:
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
+
+    @classmethod
+    def scale_steps(cls, options: Dict[str, Any], run: float, window: float, where: str) -> List[Tuple[str, Any, Any]]:
+        """Scale the options of this hook's config entry (``options``, in place) that count steps:
+        those annotated :data:`~splattrain.steps.Steps` by ``run`` (``trainer.schedule_steps``,
+        ``steps_scaler``), :data:`~splattrain.steps.Window` by ``window`` (``steps_scaler``); returns
+        ``(key path, written, scaled)`` per change. Override it for options holding steps in a
+        structure (a schedule of ``[step, value]`` pairs). ConfigError when an ``int`` option that
+        sounds like a step count carries no such annotation."""
+        check_step_annotations(cls, "hook")
+        return scale_options(step_kinds(cls), options, option_defaults(cls), run, window, where)
 
     def overridden_points(self) -> list[str]:
         """The points this hook's class overrides, in call order."""

@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional, Union
 from ..errors import ConfigError
 from ..io.gaussians_file import FORMATS
 from ..registry import HOOKS
+from ..steps import Steps
 from . import state as state_values
 from .base import Hook, Priority
 
@@ -41,13 +42,13 @@ class CheckPointHook(Hook):
 
     def __init__(
         self,
-        interval: int = 1000,
-        save_begin: int = 0,
+        interval: Steps = 1000,
+        save_begin: Steps = 0,
         max_keep: int = -1,
         save_last: bool = True,
         save_best: Optional[str] = None,
         rule: Optional[str] = None,
-        ply_interval: Optional[int] = None,
+        ply_interval: Optional[Steps] = None,
         publish: bool = False,
         publish_format: Union[str, List[str]] = "ply",
     ) -> None:

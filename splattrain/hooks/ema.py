@@ -10,6 +10,7 @@ from torch import Tensor
 from ..checkpoint_schema import PARAM_NAMES
 from ..errors import ConfigError
 from ..registry import HOOKS
+from ..steps import Steps
 from . import state as state_values
 from .base import Hook, Priority
 
@@ -55,8 +56,8 @@ class EMAHook(Hook):
     def __init__(
         self,
         momentum: float = 0.01,
-        interval: int = 1,
-        begin: int = 0,
+        interval: Steps = 1,
+        begin: Steps = 0,
         variant: str = "ema",
         gamma: float = 100.0,
         groups: Optional[Sequence[str]] = None,

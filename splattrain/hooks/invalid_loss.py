@@ -9,6 +9,7 @@ import torch
 
 from ..errors import ConfigError
 from ..registry import HOOKS
+from ..steps import Count
 from . import state as state_values
 from .base import Hook, Priority
 
@@ -41,7 +42,7 @@ class CheckInvalidLossHook(Hook):
 
     priority = Priority.VERY_HIGH
 
-    def __init__(self, interval: int = 1, policy: str = "raise", max_skips: int = 10) -> None:
+    def __init__(self, interval: Count = 1, policy: str = "raise", max_skips: int = 10) -> None:
         super().__init__()
         if policy not in POLICIES:
             raise ConfigError(f"CheckInvalidLossHook policy {policy!r}: use one of {', '.join(POLICIES)}")

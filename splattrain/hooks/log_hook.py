@@ -10,6 +10,7 @@ import torch
 
 from ..console import ProgressLogger, validation_table
 from ..registry import HOOKS
+from ..steps import Steps
 from ..writers.grids import validation_grid
 from . import state as state_values
 from .base import Hook, Priority
@@ -62,7 +63,7 @@ class LogHook(Hook):
 
     def __init__(
         self,
-        interval: int = 50,
+        interval: Steps = 50,
         ema: float = 0.6,
         num_val_images: int = 4,
         report_views: int = 10,

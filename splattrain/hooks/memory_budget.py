@@ -10,6 +10,7 @@ import torch
 
 from ..errors import ConfigError
 from ..registry import HOOKS
+from ..steps import Window
 from . import state as state_values
 from .base import Hook, Priority
 
@@ -94,7 +95,7 @@ class MemoryBudgetHook(Hook):
     def __init__(
         self,
         max_memory: float,
-        warmup_steps: int = 100,
+        warmup_steps: Window = 100,
         strategy: str = "greedy",
         max_gaussians: Optional[int] = None,
         debug_freq: int = 100,

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 from ..errors import ConfigError
 from ..registry import HOOKS
+from ..steps import scale_count
 from .base import Hook, Priority
 
 
@@ -21,12 +22,24 @@ class ResolutionScheduleHook(Hook):
 
     priority = Priority.VERY_HIGH
 
-    def __init__(self, schedule: Sequence[Sequence[float]] = ((0, 4), (500, 2), (1500, 1))) -> None:
+    DEFAULT = ((0, 4), (500, 2), (1500, 1))
+
+    def __init__(self, schedule: Sequence[Sequence[float]] = DEFAULT) -> None:
         super().__init__()
         self.schedule: List[tuple[int, float]] = sorted((int(s), float(f)) for s, f in schedule)
         if not self.schedule or any(f < 1 for _, f in self.schedule):
             raise ConfigError("ResolutionScheduleHook schedule: [[step, factor >= 1], ...] with at least one entry")
         self.current = 1.0
+
+    @classmethod
+    def scale_steps(cls, options: Dict[str, Any], run: float, window: float, where: str) -> List[Tuple[str, Any, Any]]:
+        """The schedule's start steps follow the run's length."""
+        written = [list(pair) for pair in options.get("schedule", cls.DEFAULT)]
+        scaled = [[scale_count(int(start), run) if start else 0, factor] for start, factor in written]
+        if run == 1.0 or scaled == written:
+            return []
+        options["schedule"] = scaled
+        return [(f"{where}.schedule", written, scaled)]
 
     def factor_at(self, step: int) -> float:
         """The downscale factor in force at ``step``."""

@@ -8,6 +8,7 @@ from typing import Any, Dict, Optional
 import torch
 
 from ..registry import HOOKS
+from ..steps import Count, Steps
 from .base import Hook, Priority
 
 
@@ -34,7 +35,7 @@ class EmptyCacheHook(Hook):
 
     priority = Priority.NORMAL
 
-    def __init__(self, before_val: bool = False, after_val: bool = True, interval: int = 0) -> None:
+    def __init__(self, before_val: bool = False, after_val: bool = True, interval: Count = 0) -> None:
         super().__init__()
         self.free_before_val = before_val
         self.free_after_val = after_val
@@ -76,8 +77,8 @@ class ProfilerHook(Hook):
 
     def __init__(
         self,
-        start: int = 10,
-        steps: int = 5,
+        start: Steps = 10,
+        steps: Count = 5,
         top: int = 15,
         record_shapes: bool = False,
         profile_memory: bool = False,
