@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import torch
 from omegaconf import OmegaConf
+from rich.markup import escape
 
 from .. import __version__
 from ..config import config_to_yaml
@@ -185,9 +186,9 @@ def print_header(trainer: "DefaultTrainer", resumed: Optional[tuple] = None) -> 
     if trainer.device.type == "cuda":
         device += f" ({torch.cuda.get_device_name(trainer.device)})"
     console.info(
-        f"[bold]splattrain {__version__}[/bold]  scene [bold]{cfg.name}[/bold]  "
-        f"{trainer.data_type} {cfg.data.path}: {len(data.train_frames)} train / "
-        f"{len(data.test_frames)} test views, {camera.width}x{camera.height}"
+        f"[bold]splattrain {__version__}[/bold]  scene [bold]{escape(str(cfg.name))}[/bold]  "
+        f"{trainer.data_type} {escape(str(cfg.data.path))}: {len(data.train_frames)} train / "
+        f"{len(data.test_frames)} test views, {camera.width}x{camera.height}", markup=True,
     )
     for note in data.scene.extra.get("notes", []):
         console.info(note)
@@ -204,9 +205,10 @@ def print_header(trainer: "DefaultTrainer", resumed: Optional[tuple] = None) -> 
 
 
 def print_hook_timing(trainer: "DefaultTrainer") -> None:
-    """The time spent in each hook at each point, as a table (when hook timing is on)."""
+    """The time spent in each hook at each point, as a table (``trainer.hook_timing: summary``, or
+    ``auto`` when hooks took a noticeable share of the steps' time)."""
     hooks = trainer.hooks
-    if not hooks.timing or not hooks.seconds:
+    if not hooks.timing_report_due(trainer.train_seconds):
         return
     rows = hooks.timing_rows(trainer.train_seconds)
     total = sum(hooks.seconds.values())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from omegaconf import DictConfig
@@ -72,6 +72,9 @@ class DefaultTrainer:
         for hook in build_hooks(cfg):
             self.register_hook(hook)
         DistributedCheckHook.ensure(self)
+        needs = self.hooks.required_metrics()
+        if needs:  # a metric a hook cannot do without is had now (weights fetched), or the run is refused
+            self.evaluator = self._evaluator(needs)
 
         self.runtime_info: Dict[str, float] = {}
         self.resume_hint = "splattrain fit --config <config> " + shlex.join([f"output_dir={self.run_dir}", "--resume"])
@@ -142,6 +145,9 @@ class DefaultTrainer:
         Nothing in the run directory changes before these checks pass.
         """
         interrupts.check()  # a stop signal while the trainer was built: nothing to save yet
+        if self.evaluator is None:  # before the run: fetching LPIPS weights may be stopped like the command
+            self.console.hold_log()
+            self.evaluator = self._evaluator()
         lock = run_files.lock_run_dir(self)
         try:
             resumed = run_files.check_run_dir(self, resume, overwrite)
@@ -165,7 +171,6 @@ class DefaultTrainer:
         self.writers = run_files.open_run_dir(self)
         try:
             run_files.print_header(self, resumed)
-            self.evaluator = self._evaluator()
             self.call_hook("before_run")
             if checkpoint is not None:
                 self.call_hook("after_load_checkpoint", checkpoint)
@@ -345,9 +350,10 @@ class DefaultTrainer:
         self.strategy.release_statistics(self.strategy_state)
         return checkpoint
 
-    def _evaluator(self) -> Evaluator:
+    def _evaluator(self, required: Sequence[Tuple[str, str]] = ()) -> Evaluator:
         metrics = self.cfg.metrics
-        return Evaluator(metrics.lpips, metrics.lpips_net, self.device, self.console.warning, metrics.lpips_weights)
+        return Evaluator(metrics.lpips, metrics.lpips_net, self.device, self.console.warning, metrics.lpips_weights,
+                         metrics.lpips_download, self.console.transfer, required)
 
     def _report_exception(self, error: BaseException) -> None:
         try:

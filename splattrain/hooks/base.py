@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Any, Dict, Union
+from typing import Any, Dict, Tuple, Union
 
 from .trainer_api import StepOutputs, Trainer
 
@@ -160,6 +160,12 @@ class Hook:
     def is_last_step(self, trainer: Trainer) -> bool:
         """True on the run's final training step."""
         return trainer.step == trainer.max_steps
+
+    def required_metrics(self) -> Tuple[str, ...]:
+        """Validation metrics this hook cannot work without (e.g. ``("lpips",)``). The trainer checks
+        them when it is built: one it can never compute (``metrics.lpips: false``, LPIPS weights
+        that cannot be had) refuses the run in one line, before any training."""
+        return ()
 
     def state_dict(self) -> Dict[str, Any]:
         """State to keep in checkpoints (empty for stateless hooks)."""
