@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
+import os
+import signal
 
 import pytest
 import torch
@@ -12,9 +15,10 @@ from rich.console import Console as RichConsole
 
 from conftest import tiny_config_text
 from lpips_weights import FILES
-from splattrain import lpips_files
+from splattrain import interrupts, lpips_files
 from splattrain.cli import main
 from splattrain.console import Console
+from splattrain.download import download
 from splattrain.lpips_files import FETCH_COMMAND, SOURCES, hub_folders
 from splattrain.metrics import Evaluator
 from test_lpips import images, reference_lpips
@@ -170,3 +174,23 @@ def test_first_fit_fetches_the_weights_and_reports_a_numeric_lpips(hub, monkeypa
     assert isinstance(results["lpips"], float) and results["lpips"] > 0
     assert f"downloaded {FILES['alex']}" in (tmp_path / "run" / "log.txt").read_text()
     assert "lpips 0." in capsys.readouterr().out.strip().splitlines()[-1]  # the done: line
+
+
+def test_a_stop_signal_during_a_download_leaves_nothing(hub, monkeypatch):
+    files = weight_bytes()
+    path = "/models/" + FILES["alex"]
+    assert len(files[path]) > 2 * 2**20  # several chunks
+
+    @contextlib.contextmanager
+    def progress(description, total):
+        yield lambda received: os.kill(os.getpid(), signal.SIGINT)  # recorded, acted on before the next chunk
+
+    with WeightServer(files) as server:
+        interrupts.defer()
+        try:
+            with pytest.raises(interrupts.Interrupted):
+                download(server.url + path, hub / "checkpoints" / FILES["alex"],
+                         hashlib.sha256(files[path]).hexdigest(), progress)
+        finally:
+            interrupts.restore()
+    assert files_under(hub) == []

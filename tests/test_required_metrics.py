@@ -45,7 +45,7 @@ def test_dry_run_refuses_early_stopping_on_lpips_without_weights(hub, tmp_path):
     result = run_cli("fit", "--config", str(config(tmp_path)), "--dry-run", "metrics.lpips_download=false")
     line = assert_one_line_error(result, "EarlyStoppingHook needs the validation metric 'lpips'", FILES["alex"],
                                  "metrics.lpips_download is false", "splattrain download-weights lpips")
-    assert str(hub / "checkpoints") in line and "warning" not in result.stdout  # one line, not a warning too
+    assert str(hub / "checkpoints") in line and "LPIPS disabled" not in result.stdout  # one line, not a warning too
 
 
 def test_save_best_lpips_with_lpips_off_is_refused(tmp_path):
