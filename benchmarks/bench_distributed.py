@@ -71,7 +71,7 @@ def make_probe(name: str, threads: int, block: int, turns: Turns):
     import torch.distributed as dist
 
     from splattrain.engine.setup import rng_states, set_rng_states
-    from splattrain.render.cpu.threads import set_loop_threads
+    from splattrain.kernels.threads import set_loop_threads
     from splattrain.hooks import Hook
 
     class Probe(Hook):

@@ -17,7 +17,7 @@ from splattrain.config.schema import OptimConfig
 from splattrain.errors import ConfigError
 from splattrain.model.gaussians import GaussianModel, degree_for_step
 from splattrain.optim import build_optimizers, build_schedulers
-from splattrain.schedules import build_schedule
+from splattrain.optim.schedules import build_schedule
 
 T = 100
 

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 _COMMON = {"warmup_steps": 0, "warmup_ratio": 0.1}
 
