@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, ContextManager, Iterator, Optional
 
 from . import __version__, interrupts
-from .errors import UserError
+from .errors import UserError, describe_os_error
 from .io.atomic import atomic_path
 
 #: Seconds to wait for a connection or for the next bytes before giving up.
@@ -67,29 +67,38 @@ def download(url: str, destination: Path, sha256: str, progress: Optional[Progre
     except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as err:
         raise DownloadError(url, destination, _why(err, timeout)) from None
     with response:
-        length = response.headers.get("Content-Length")
-        total = int(length) if length and length.isdigit() else None
-        digest, received = hashlib.sha256(), 0
-        with atomic_path(destination) as temporary, open(temporary, "wb") as out:
-            with (progress or _silent)(f"{destination.name} from {url}", total) as advance:
-                while True:
-                    interrupts.check()
-                    try:
-                        chunk = response.read(_CHUNK)
-                    except (OSError, http.client.HTTPException) as err:
-                        raise DownloadError(url, destination, f"stopped after {received:,} bytes: "
-                                            f"{_why(err, timeout)}") from None
-                    if not chunk:
-                        break
-                    out.write(chunk)
-                    digest.update(chunk)
-                    received += len(chunk)
-                    advance(len(chunk))
-                if total is not None and received != total:
-                    raise DownloadError(url, destination, f"the connection closed after {received:,} of {total:,} bytes")
-                if digest.hexdigest() != sha256:
-                    raise DownloadError(url, destination, f"its SHA-256 is {digest.hexdigest()}, expected {sha256}")
+        try:
+            _save(response, url, destination, sha256, progress, timeout)
+        except OSError as err:  # the folder cannot be written (read-only, full, a file in the way)
+            raise DownloadError(url, destination, f"it cannot be saved there: {describe_os_error(err)}") from None
     return destination
+
+
+def _save(response: http.client.HTTPResponse, url: str, destination: Path, sha256: str,
+          progress: Optional[Progress], timeout: float) -> None:
+    """Stream ``response`` into ``destination`` through a temporary file, renamed once complete and verified."""
+    length = response.headers.get("Content-Length")
+    total = int(length) if length and length.isdigit() else None
+    digest, received = hashlib.sha256(), 0
+    with atomic_path(destination) as temporary, open(temporary, "wb") as out:
+        with (progress or _silent)(f"{destination.name} from {url}", total) as advance:
+            while True:
+                interrupts.check()
+                try:
+                    chunk = response.read(_CHUNK)
+                except (OSError, http.client.HTTPException) as err:
+                    raise DownloadError(url, destination, f"stopped after {received:,} bytes: "
+                                        f"{_why(err, timeout)}") from None
+                if not chunk:
+                    break
+                out.write(chunk)
+                digest.update(chunk)
+                received += len(chunk)
+                advance(len(chunk))
+            if total is not None and received != total:
+                raise DownloadError(url, destination, f"the connection closed after {received:,} of {total:,} bytes")
+            if digest.hexdigest() != sha256:
+                raise DownloadError(url, destination, f"its SHA-256 is {digest.hexdigest()}, expected {sha256}")
 
 
 def _why(error: BaseException, timeout: float) -> str:

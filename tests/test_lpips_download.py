@@ -194,3 +194,15 @@ def test_a_stop_signal_during_a_download_leaves_nothing(hub, monkeypatch):
         finally:
             interrupts.restore()
     assert files_under(hub) == []
+
+
+def test_a_cache_folder_that_cannot_be_written_is_one_warning(hub, monkeypatch):
+    files = weight_bytes()
+    hub.mkdir(parents=True)
+    (hub / "checkpoints").write_text("a file where the folder should be")
+    with WeightServer(files) as server:
+        point_sources(monkeypatch, server.url, files)
+        warnings = []
+        evaluator(warnings)
+    assert len(warnings) == 1 and "cannot be saved there" in warnings[0] and str(hub / "checkpoints") in warnings[0]
+    assert files_under(hub) == [hub / "checkpoints"]
