@@ -2,10 +2,11 @@
 fetching them on first use.
 
 Each network needs torchvision's ImageNet backbone and the LPIPS v0.1 linear layers, both
-downloaded from their official URLs and checked against the SHA-256 digests in :data:`SOURCES`.
-torchvision names its files after the first 8 hex digits of the same digest (``7be5be79``); the
-full digests of the four files are the ones published alongside those files (the lpips 0.1.4
-wheel on PyPI ships the same two linear-layer files). Downloads go to torch's hub cache: the
+downloaded from their official URLs and checked against the full SHA-256 digests in
+:data:`SOURCES`. torchvision names its files after the first 8 hex digits of that digest
+(``alexnet-owt-7be5be79.pth``) and checks only those; the full digests are those of the files
+as served, and the linear layers' are those of the same files in the lpips 0.1.4 wheel on
+PyPI. Downloads go to torch's hub cache: the
 backbone where torchvision keeps it (``<hub>/checkpoints``), the linear layers in
 ``<hub>/checkpoints/lpips_v0.1`` so that no other tool's ``alex.pth`` is taken for them.
 """
