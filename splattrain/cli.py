@@ -154,9 +154,10 @@ def _fit(args: argparse.Namespace) -> int:
         args.viewer = "8080"
     viewer = [] if args.viewer is None else [f"default_hooks.viewer.port={args.viewer}"]
     cfg = load_config(config_path, [*args.overrides, *viewer])
+    resume = shlex.join(["splattrain", "fit", "--config", str(config_path), *args.overrides, "--resume"])
     with _naming_config(config_path):  # what fails while plugins are built names the config too
-        trainer = TRAINERS.get(cfg.trainer.type)(cfg, console=console, config_dir=config_path.parent)
-    trainer.resume_hint = shlex.join(["splattrain", "fit", "--config", str(config_path), *args.overrides, "--resume"])
+        trainer = TRAINERS.get(cfg.trainer.type)(cfg, console=console, config_dir=config_path.parent,
+                                                 resume_command=resume)
     if args.dry_run:
         if not trainer.is_main:
             return 0

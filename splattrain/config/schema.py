@@ -30,6 +30,8 @@ class TrainerConfig:
     batch_size: int = 1  # views rendered together per step (their images must share one size)
     render_depth: bool = False  # training renders also give RenderResult.depth (validation always does)
     type: str = "DefaultTrainer"  # the trainer class (splattrain list trainers)
+    rescue_checkpoint: bool = True  # a run that fails saves ckpt/rescue_step_N.pt of its last completed step
+    replica_check_interval: int = 1000  # on several ranks: compare the replicas every N steps (and before training and checkpoints; 0: only then)
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     dist_backend: str = "auto"  # under torchrun: auto (nccl on CUDA, else gloo) | gloo | nccl
     dist_threads: int = 0  # under torchrun on the CPU: threads per rank (0: usable cores / ranks on the machine)
@@ -134,6 +136,7 @@ class SplatConfig:
 
     name: str = MISSING
     output_dir: Optional[str] = None  # default outputs/<name>
+    checkpoint_dir: Optional[str] = None  # default <output_dir>/ckpt; elsewhere, it is locked like the run folder
     seed: int = 42
     imports: List[str] = field(default_factory=list)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)

@@ -17,7 +17,7 @@ from ..data.loading import load_scene
 from ..data.pipeline import DataPipeline, camera_scene_scale
 from ..distributed import DistContext
 from ..hooks.base import Hook
-from ..hooks.specs import build_hook, hook_sections, hook_specs
+from ..hooks.specs import build_hook, hook_sections
 from ..losses import Loss, build_loss
 from ..model.gaussians import GaussianModel
 from ..optim import build_optimizers, build_schedulers
@@ -26,7 +26,8 @@ from ..render.base import Renderer
 from ..strategy import SceneFacts, build_strategy
 from ..strategy.protocol import Strategy
 from ..view_opt import ViewCorrections
-from .batching import StepSettings, views_per_step
+from ..hooks.trainer_api import RunSchedule
+from .batching import views_per_step
 from .model_init import build_model
 
 Message = Callable[[str], None]
@@ -43,7 +44,7 @@ class Components:
     renderer: Renderer
     strategy: Strategy
     loss: Loss
-    step_settings: StepSettings
+    schedule: RunSchedule
     optimizers: Dict[str, torch.optim.Optimizer]
     schedulers: List[Any]
     strategy_state: Dict[str, Any]
@@ -89,7 +90,7 @@ def build_components(cfg: DictConfig, dist: DistContext, background: torch.Tenso
     )
     return Components(
         data=data, data_type=data_type, scene_scale=scene_scale, model=model, renderer=renderer,
-        strategy=strategy, loss=loss, step_settings=StepSettings.from_config(cfg, render_depth=loss.needs_depth),
+        strategy=strategy, loss=loss, schedule=run_schedule(cfg, views, loss.needs_depth),
         optimizers=optimizers, schedulers=schedulers,
         strategy_state=strategy.initialize_state(scene_scale=scene_scale), view_opt=view_opt,
     )
@@ -106,19 +107,19 @@ class _LossContext:
     renderer: Renderer
 
 
+def run_schedule(cfg: DictConfig, views: int, loss_needs_depth: bool = False, scaled: Tuple[str, ...] = ()) -> RunSchedule:
+    """The step settings of ``cfg`` (already scaled) every step reads, taken once (each OmegaConf
+    lookup costs tens of microseconds)."""
+    trainer, model = cfg.trainer, cfg.model
+    return RunSchedule(
+        max_steps=int(trainer.max_steps), batch_size=int(trainer.batch_size), views_per_step=views,
+        val_interval=int(trainer.val_interval), val_begin=int(trainer.val_begin),
+        sh_degree=int(model.sh_degree), sh_degree_interval=int(model.sh_degree_interval),
+        render_depth=bool(trainer.render_depth) or loss_needs_depth, scaled=tuple(scaled),
+    )
+
+
 def build_hooks(cfg: DictConfig) -> List[Hook]:
     """The config's default and custom hooks, built in order."""
     sections = hook_sections(plain(cfg.default_hooks), [plain(s) for s in cfg.custom_hooks])
     return [build_hook(name, spec, where) for name, spec, where in sections]
-
-
-def run_policy(cfg: DictConfig) -> Tuple[Path, bool]:
-    """The checkpoint folder (``default_hooks.checkpoint.out_dir`` or ``<output_dir>/ckpt``) and
-    whether a failed run saves a rescue checkpoint (``default_hooks.auto_checkpoint.rescue``)."""
-    checkpoint_dir, rescue = Path(cfg.output_dir) / "ckpt", True
-    for _, spec in hook_specs(plain(cfg.default_hooks), [plain(s) for s in cfg.custom_hooks]):
-        if spec.get("type") == "CheckPointHook" and spec.get("out_dir") is not None:
-            checkpoint_dir = Path(spec["out_dir"])
-        if spec.get("type") == "AutoCheckpointHook" and "rescue" in spec:
-            rescue = bool(spec["rescue"])
-    return checkpoint_dir, rescue

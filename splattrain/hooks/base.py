@@ -52,6 +52,8 @@ HOOK_POINTS = (
     "after_val",
     "before_save_checkpoint",
     "after_train",
+    "on_pause",
+    "on_signal",
     "on_exception",
     "after_run",
 )
@@ -144,6 +146,15 @@ class Hook:
 
     def after_train(self, trainer: Trainer) -> None:
         """Once, after the last step and its validation."""
+
+    def on_pause(self, trainer: Trainer, paused: bool) -> None:
+        """When something (the viewer's Pause button) pauses the run between two steps
+        (``paused`` True) and when it goes on again (False); the pause is left out of the
+        training time."""
+
+    def on_signal(self, trainer: Trainer, signum: int) -> None:
+        """At the safe point after SIGINT / SIGTERM (the run then stops) or SIGUSR1 (it goes on)
+        reached the run: call ``trainer.request_checkpoint()`` to have the state saved there."""
 
     def on_exception(self, trainer: Trainer, error: BaseException) -> None:
         """When the run fails (or is interrupted) with ``error``; the error is re-raised after."""

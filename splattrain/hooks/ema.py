@@ -91,7 +91,7 @@ class EMAHook(Hook):
             )
         if not self.averaged:
             self._restart(params)
-        trainer.strategy.add_reindex_listener(self.follow)
+        trainer.on_gaussians_moved(self.follow)
 
     def _names(self, params: Mapping[str, Tensor]) -> List[str]:
         return self.groups or list(params.keys())
@@ -113,7 +113,7 @@ class EMAHook(Hook):
         if len(params["means"]) != len(self.updates):
             raise RuntimeError(
                 f"the Gaussian count changed from {len(self.updates)} to {len(params['means'])} without telling "
-                "the strategy's reindex listeners; remove Gaussians with trainer.strategy.remove_gaussians(...)"
+                "the trainer's on_gaussians_moved; remove Gaussians with trainer.remove_gaussians(mask)"
             )
         weight = self._weights()  # [N]
         for name, average in self.averaged.items():

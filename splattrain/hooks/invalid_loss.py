@@ -69,11 +69,7 @@ class CheckInvalidLossHook(Hook):
             trainer.runtime_info["invalid_loss/skips"] = float(self.skips)
             return
         limit = f"; {self.skips} steps skipped already, the limit is {self.max_skips}" if self.policy == "skip" else ""
-        saved = ""
-        if getattr(trainer, "rescue_on_error", False) and step - 1 > getattr(trainer, "start_step", 0):
-            # the trainer saves the last completed step
-            saved = f". The state before this step is saved to {trainer.checkpoint_dir / f'rescue_step_{step - 1:06d}.pt'}"
-        raise InvalidLossError(f"{problem}{limit}{saved}")
+        raise InvalidLossError(f"{problem}{limit}")  # the trainer saves the last completed step and says where
 
     def state_dict(self) -> Dict[str, Any]:
         return {"skips": self.skips} if self.skips else {}
@@ -89,7 +85,7 @@ def _invalid_views(trainer, outputs: Dict[str, Any]) -> List[str]:
     names = []
     for index, camera in enumerate(batch["camera"]):
         render = trainer.renderer.render(
-            trainer.model, [camera], outputs["sh_degree"], batch["background"], depth=trainer.step_settings.render_depth
+            trainer.model, [camera], outputs["sh_degree"], batch["background"], depth=trainer.schedule.render_depth
         )
         view = {key: value[index : index + 1] if key in _PER_VIEW else value for key, value in batch.items()}
         view["camera"] = [camera]

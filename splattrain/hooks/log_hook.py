@@ -110,8 +110,8 @@ class LogHook(Hook):
         losses = {name: value.detach() for name, value in outputs["losses"].items()}
         self._update_ema(losses["loss"])
         due = self.every_n_steps(trainer, self.interval) or self.is_last_step(trainer)
-        lrs = {name: optimizer.param_groups[0]["lr"] for name, optimizer in trainer.optimizers.items()}
-        runtime_info = getattr(trainer, "runtime_info", {})  # what other hooks measured
+        lrs = trainer.learning_rates()
+        runtime_info = trainer.runtime_info  # what other hooks measured
         if due or self._fields is None:
             # The only device-to-host read of the step's values, once per log interval (and on
             # the first step, for the progress display): running values stay on the device.
@@ -135,7 +135,7 @@ class LogHook(Hook):
             self._timed_seconds, self._timed_steps = 0.0, 0
             trainer.writers.write_scalars(scalars, step)
 
-    def set_paused(self, trainer, paused: bool) -> None:
+    def on_pause(self, trainer, paused: bool) -> None:
         """The progress bar says "paused" (ETA and rate leave the paused time out)."""
         if self._progress is not None:
             self._progress.set_paused(paused, trainer.step)
