@@ -105,6 +105,12 @@ def _parser() -> argparse.ArgumentParser:
     vw.add_argument("--device", default="auto")
     _plugin_options(vw)
     _add_process(sub)
+    dw = sub.add_parser("download-weights", help="fetch the LPIPS weight files (SHA-256 checked) for machines "
+                                                 "without network at training time")
+    dw.add_argument("what", choices=["lpips"])
+    dw.add_argument("--net", choices=["alex", "vgg"], default="alex", help="the LPIPS network (metrics.lpips_net)")
+    dw.add_argument("--dir", dest="folder", metavar="DIR",
+                    help="put the files in this folder (for metrics.lpips_weights) instead of torch's hub cache")
     lst = sub.add_parser("list", help="list registered hooks, writers, datasets, renderers, losses, strategies, trainers")
     lst.add_argument("what", choices=list(_REGISTRIES))
     lst.add_argument("--config", help="also import the modules this config names in imports:")
@@ -172,11 +178,25 @@ def _fit(args: argparse.Namespace) -> int:
         results = trainer.train(resume=args.resume, overwrite=args.overwrite)
     if not trainer.is_main:
         return 0  # rank 0 reports
-    shown = "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in results.items() if k != "per_view")
+    shown = "  ".join(f"{k} {_shown(v)}" for k, v in results.items() if k != "per_view")
     console.open_log(trainer.run_dir / "log.txt")  # the trainer closed it; the last line belongs there too
-    console.print(f"done: {shown}  ->  {trainer.run_dir / 'results.json'}")
+    console.info(f"done: {shown}  ->  {trainer.run_dir / 'results.json'}")
     console.close()
     return 0
+
+
+def _shown(value: Any) -> str:
+    """A value of results.json for the ``done:`` line: floats to 4 places, ``null`` for None,
+    a mapping as ``(key value, ...)``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    if isinstance(value, dict):
+        return "(" + ", ".join(f"{k} {_shown(v)}" for k, v in value.items()) + ")"
+    return str(value)
 
 
 @contextlib.contextmanager
@@ -264,6 +284,14 @@ def _process(args: argparse.Namespace) -> int:
     from .console import Console
 
     process(args.input, args.output, Console(), *from_arguments(args))
+    return 0
+
+
+def _download_weights(args: argparse.Namespace) -> int:
+    from .commands.download_weights import download_weights
+    from .console import Console
+
+    download_weights(Console(), args.what, net=args.net, folder=args.folder)
     return 0
 
 
@@ -355,7 +383,7 @@ def _run_command(argv: Optional[List[str]]) -> int:
 
             atexit.register(gc.freeze)
         commands = {"fit": _fit, "eval": _eval, "render": _render, "export": _export, "schedule": _schedule,
-                    "view": _view, "list": _list, "process": _process}
+                    "view": _view, "list": _list, "process": _process, "download-weights": _download_weights}
         code = commands[args.command](args)
         check()  # a signal that arrived during the command's last stretch still stops it
         return code

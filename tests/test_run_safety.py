@@ -146,7 +146,7 @@ class SleepyHook(Hook):
 
 
 def test_hook_timing_adds_up_to_time_in_hooks(tmp_path):
-    trainer = make_trainer(tmp_path, steps=20)
+    trainer = make_trainer(tmp_path, steps=20, overrides=["trainer.hook_timing=summary"])
     trainer.register_hook(SleepyHook())
     trainer.train()
     hooks = trainer.hooks

@@ -129,7 +129,7 @@ def view(target: str | Path, console: Console, port: int = 8080, host: str = "12
             server.set_initial_view(points_overview_pose(scene.model.params["means"]), np.array([0.0, 0.0, 1.0]))
         server.set_stats(scene_markdown(scene.name, scene.model.num_gaussians, scene.step))
         console.info(f"viewer: [bold]{server.url}[/bold]  {scene.name}, {scene.model.num_gaussians:,} Gaussians  "
-                     f"(from another machine: ssh -L {server.port}:localhost:{server.port} <this host>); Ctrl-C stops")
+                     f"(from another machine: ssh -L {server.port}:localhost:{server.port} <this host>); Ctrl-C stops", markup=True)
         while True:
             interrupts.check()
             service.serve_waiting(scene.model, scene.sh_degree)

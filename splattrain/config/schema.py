@@ -28,7 +28,9 @@ class TrainerConfig:
     val_interval: int = field(default=1000, metadata=STEPS)  # validate every N steps (0: only at the last step)
     val_begin: int = field(default=0, metadata=STEPS)  # no periodic validation before this step
     val_on_resume: bool = False  # validate once right after resuming from a checkpoint
-    hook_timing: bool = True  # time every hook at every point; a table at the end of the run
+    # auto: time every hook, a table at the end only when hooks took over 5% of the training steps;
+    # summary: always that table; off: no timing (true / false from older configs: summary / off)
+    hook_timing: str = "auto"
     batch_size: int = 1  # views rendered together per step (their images must share one size)
     render_depth: bool = False  # training renders also give RenderResult.depth (validation always does)
     type: str = "DefaultTrainer"  # the trainer class (splattrain list trainers)
@@ -119,9 +121,10 @@ class LossConfig:
 class MetricsConfig:
     """Validation metrics."""
 
-    lpips: bool = True  # computed when its weight files are found (README, LPIPS); never downloaded
+    lpips: bool = True  # LPIPS at every validation (README, LPIPS); null in the results when its weights cannot be had
     lpips_net: str = "alex"  # alex | vgg
     lpips_weights: Optional[str] = None  # folder with the backbone and linear-layer files, looked in first
+    lpips_download: bool = True  # fetch missing weight files into torch's hub cache (SHA-256 checked); false: never
 
 
 @dataclass

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional, Protocol
 
 import torch
 from omegaconf import DictConfig
+from rich.markup import escape
 
 from .. import __version__
 from ..console import Console
@@ -55,9 +56,9 @@ def print_header(run: ReportedRun, gaussians: int) -> None:
     if run.device.type == "cuda":
         device += f" ({torch.cuda.get_device_name(run.device)})"
     console.info(
-        f"[bold]splattrain {__version__}[/bold]  scene [bold]{cfg.name}[/bold]  "
-        f"{run.data_type} {cfg.data.path}: {len(data.train_frames)} train / "
-        f"{len(data.test_frames)} test views, {camera.width}x{camera.height}"
+        f"[bold]splattrain {__version__}[/bold]  scene [bold]{escape(str(cfg.name))}[/bold]  "
+        f"{run.data_type} {escape(str(cfg.data.path))}: {len(data.train_frames)} train / "
+        f"{len(data.test_frames)} test views, {camera.width}x{camera.height}", markup=True,
     )
     for note in data.scene.extra.get("notes", []):
         console.info(note)
@@ -76,9 +77,10 @@ def print_header(run: ReportedRun, gaussians: int) -> None:
 
 
 def print_hook_timing(run: ReportedRun) -> None:
-    """The time spent in each hook at each point, as a table (when hook timing is on)."""
+    """The time spent in each hook at each point, as a table (``trainer.hook_timing: summary``, or
+    ``auto`` when hooks took a noticeable share of the steps' time)."""
     hooks = run.hooks
-    if not hooks.timing or not hooks.seconds:
+    if not hooks.timing_report_due(run.train_seconds):
         return
     rows = hooks.timing_rows(run.train_seconds)
     total = sum(hooks.seconds.values())

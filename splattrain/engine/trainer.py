@@ -6,7 +6,7 @@ import contextlib
 import shlex
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -83,6 +83,9 @@ class DefaultTrainer:
         self.hooks = HookDispatcher(timing=cfg.trainer.hook_timing)
         for hook in build_hooks(cfg):
             self.register_hook(hook)
+        needs = self.hooks.required_metrics()
+        if needs:  # a metric a hook cannot do without is had now (weights fetched), or the run is refused
+            self.evaluator = self._evaluator(needs)
 
         self.runtime_info: Dict[str, Any] = {}
         self.last_metrics: Dict[str, Any] = {}
@@ -200,6 +203,9 @@ class DefaultTrainer:
         Nothing in the run directory changes before these checks pass.
         """
         interrupts.check()  # a stop signal while the trainer was built: nothing to save yet
+        if self.evaluator is None:  # before the run: fetching LPIPS weights may be stopped like the command
+            self.console.hold_log()
+            self.evaluator = self._evaluator()
         self.run_folder.lock()
         try:
             resumed = self.run_folder.prepare(resume, overwrite, self.console.warning, self.read_checkpoint)
@@ -221,7 +227,6 @@ class DefaultTrainer:
                 raise
         self._open_run_folder(resumed)
         try:
-            self.evaluator = self._evaluator()
             self.call_hook("before_run")
             if resumed is not None:
                 self.call_hook("after_load_checkpoint", resumed[1])
@@ -446,9 +451,10 @@ class DefaultTrainer:
             self.strategy.sync_statistics(self.strategy_state)
             self.strategy.release_statistics(self.strategy_state)
 
-    def _evaluator(self) -> Evaluator:
+    def _evaluator(self, required: Sequence[Tuple[str, str]] = ()) -> Evaluator:
         metrics = self.cfg.metrics
-        return Evaluator(metrics.lpips, metrics.lpips_net, self.device, self.console.warning, metrics.lpips_weights)
+        return Evaluator(metrics.lpips, metrics.lpips_net, self.device, self.console.warning, metrics.lpips_weights,
+                         metrics.lpips_download, self.console.transfer, required)
 
     # -- signals and failures ---------------------------------------------------------
     def _act_on_signals(self, stop: Optional[int], snapshot: bool, finished: bool = False) -> None:

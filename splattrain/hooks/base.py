@@ -174,6 +174,12 @@ class Hook:
         """True on the run's final training step."""
         return trainer.step == trainer.max_steps
 
+    def required_metrics(self) -> Tuple[str, ...]:
+        """Validation metrics this hook cannot work without (e.g. ``("lpips",)``). The trainer checks
+        them when it is built: one it can never compute (``metrics.lpips: false``, LPIPS weights
+        that cannot be had) refuses the run in one line, before any training."""
+        return ()
+
     def state_dict(self) -> Dict[str, Any]:
         """State to keep in checkpoints (empty for stateless hooks)."""
         return {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from ..errors import ConfigError
 from ..io.gaussians_file import FORMATS
@@ -83,6 +83,9 @@ class CheckPointHook(Hook):
             raise ConfigError(f"CheckPointHook save_best {metric!r}: give rule: greater|less for this metric")
         return _GREATER_IS_BETTER[metric]
 
+    def required_metrics(self) -> Tuple[str, ...]:
+        return () if self.metric is None else (self.metric,)
+
     def after_train_iter(self, trainer, step: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
         last = self.save_last and self.is_last_step(trainer)
         saved = (step >= self.save_begin and self.every_n_steps(trainer, self.interval)) or last
@@ -97,7 +100,8 @@ class CheckPointHook(Hook):
             return
         value = metrics.get(self.metric)
         if value is None or not math.isfinite(value):
-            trainer.console.warning(f"save_best: no '{self.metric}' in the validation metrics", once="save_best")
+            trainer.console.warning(f"save_best: no {self.metric} value in the validation at step {trainer.step}; "
+                                    "best.pt is not updated", once="save_best")
             return
         if self.best_value is None or (value > self.best_value if self.greater else value < self.best_value):
             self.best_value, self.best_step = float(value), trainer.step

@@ -118,5 +118,5 @@ class ProfilerHook(Hook):
         profiler.export_chrome_trace(str(self.trace_path))
         sort_by = "self_cuda_time_total" if trainer.device.type == "cuda" else "self_cpu_time_total"
         self.summary = profiler.key_averages().table(sort_by=sort_by, row_limit=self.top)
-        trainer.console.print(f"profile of steps {self.start}..{trainer.step} (trace: {self.trace_path})")
+        trainer.console.info(f"profile of steps {self.start}..{trainer.step} (trace: {self.trace_path})")
         trainer.console.print(self.summary)

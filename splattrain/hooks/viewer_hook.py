@@ -106,7 +106,7 @@ class ViewerHook(Hook):
         if self.server.port != self.port and self.port != 0:
             trainer.console.warning(f"viewer port {self.port} was taken; using {self.server.port}")
         trainer.console.info(f"viewer: [bold]{self.server.url}[/bold]  (from another machine: "
-                             f"ssh -L {self.server.port}:localhost:{self.server.port} <this host>)")
+                             f"ssh -L {self.server.port}:localhost:{self.server.port} <this host>)", markup=True)
         if self.start_paused:
             self.server.set_paused(True)
 
