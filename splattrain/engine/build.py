@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..cameras import Camera
 from ..data.loading import load_scene
+from ..data.locate import resolve_data_path
 from ..data.pipeline import DataPipeline, camera_scene_scale, focus_point
 from ..data.types import SceneData
 from ..distributed import DistContext
@@ -65,7 +66,11 @@ def build_components(cfg: DictConfig, dist: DistContext, background: torch.Tenso
                      info: Message, warning: Message, scaled: Tuple[str, ...] = ()) -> Components:
     """Load the scene and build the model, renderer, strategy, loss, optimizers and view corrections."""
     device, max_steps = dist.device, int(cfg.trainer.max_steps)
+    found, notes = resolve_data_path(cfg.data.path, config_dir)
+    if found.exists():  # the run's config.yaml and checkpoints find the data from any directory
+        cfg.data.path = str(found.resolve())
     data_type, scene = load_scene(cfg.data, config_dir=config_dir)
+    scene.extra["notes"] = notes + list(scene.extra.get("notes", []))
     views = views_per_step(cfg.trainer.batch_size, cfg.optim.accumulate_steps, [f.camera for f in scene.train])
     data = DataPipeline(
         scene, background, device, seed=cfg.seed,
