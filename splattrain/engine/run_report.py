@@ -70,6 +70,10 @@ def print_header(run: ReportedRun, gaussians: int) -> None:
         console.info(f"data-parallel: {run.dist.describe()}")
     terms = " + ".join(f"{term.weight:g} {name}" for name, term in run.loss.terms)
     console.info(f"strategy {type(run.strategy).__name__}  loss {terms}")
+    kinds = {str(spec.get("type")) for spec in run.cfg.writers}
+    if run.cfg.writers and not kinds & {"image", "ImageWriter"}:
+        console.info("writers: no image writer, so validation images are not saved as PNGs (add {type: image} "
+                     "to writers to keep them)")
     if run.schedule.scaled:
         console.info("step settings scaled to the run: " + "; ".join(run.schedule.scaled))
     rows = [[p, ", ".join(n)] for p, n in run.hooks.table()]
