@@ -31,13 +31,13 @@ import torch
 from bench_rasterizer import median_ms
 from splattrain.cameras import stack_cameras
 from splattrain.commands.snapshot import load_snapshot
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.engine.trainer import DefaultTrainer
 from splattrain.losses import photometric_loss
 from splattrain.registry import RENDERERS
-from splattrain.render.cpu import build
-from splattrain.render.cpu import rasterizer as cpu
-from splattrain.render.cpu.threads import cores_for_the_library, loop_threads
+from splattrain.kernels import build
+from splattrain.render import cpu_rasterizer as cpu
+from splattrain.kernels.threads import cores_for_the_library, loop_threads
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -71,7 +71,7 @@ def make_probe(name: str, threads: int, block: int, turns: Turns):
     import torch.distributed as dist
 
     from splattrain.engine.setup import rng_states, set_rng_states
-    from splattrain.render.cpu.threads import set_loop_threads
+    from splattrain.kernels.threads import set_loop_threads
     from splattrain.hooks import Hook
 
     class Probe(Hook):
@@ -125,7 +125,7 @@ def make_probe(name: str, threads: int, block: int, turns: Turns):
 def build_trainer(name: str, steps: int, views: int, out: str, checkpoint_every: int = 0):
     """The demo-scene trainer of run ``name`` to step ``steps`` (a one-rank run does not join the
     process group)."""
-    from splattrain.config import load_config
+    from splattrain.engine import load_config
     from splattrain.console import Console
     from splattrain.engine.trainer import DefaultTrainer
 

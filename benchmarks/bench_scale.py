@@ -43,16 +43,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_rasterizer import median_ms  # noqa: E402
 
-from splattrain.adam import GaussianAdam, step_adam  # noqa: E402
+from splattrain.optim.adam import GaussianAdam, step_adam  # noqa: E402
 from splattrain.cameras import Camera, stack_cameras  # noqa: E402
 from splattrain.losses import photometric_loss  # noqa: E402
 from splattrain.model.gaussians import GaussianModel  # noqa: E402
 from splattrain.model.neighbours import mean_knn_distance  # noqa: E402
 from splattrain.registry import RENDERERS  # noqa: E402
 from splattrain.render import cpu_renderer  # noqa: E402,F401  (registers the cpu renderer)
-from splattrain.render.cpu import build  # noqa: E402
-from splattrain.render.cpu import rasterizer as cpu  # noqa: E402
-from splattrain.render.cpu.threads import cores_for_the_library, loop_threads  # noqa: E402
+from splattrain.kernels import build  # noqa: E402
+from splattrain.render import cpu_rasterizer as cpu  # noqa: E402
+from splattrain.kernels.threads import cores_for_the_library, loop_threads  # noqa: E402
 from splattrain.strategy import build_strategy  # noqa: E402
 
 WIDTH, HEIGHT = 1000, 667

@@ -32,17 +32,17 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
-from splattrain.adam import GaussianAdam, step_adam, visible_gaussians
+from splattrain.optim.adam import GaussianAdam, step_adam, visible_gaussians
 from splattrain.cameras import Camera
 from splattrain.checkpoint import load_checkpoint_file
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.engine.trainer import DefaultTrainer
 from splattrain.errors import ConfigError
 from splattrain.losses import photometric_loss
 from splattrain.model.gaussians import GaussianModel
 from splattrain.registry import RENDERERS
 from splattrain.render import Renderer, build_renderer
-from splattrain.render.cpu.build import load_library
+from splattrain.kernels.build import load_library
 
 REPO = Path(__file__).resolve().parents[1]
 WIDE_SIZES = [64, 128, 256, 512]

@@ -14,7 +14,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """With test workers (pytest-xdist), compile the CPU rasterizer once, before they start,
     rather than in every worker at once."""
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
-        from splattrain.render.cpu.build import load_library
+        from splattrain.kernels.build import load_library
 
         load_library()
 

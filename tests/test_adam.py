@@ -6,12 +6,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from splattrain.adam import GaussianAdam, step_adam, visible_gaussians
+from splattrain.optim.adam import GaussianAdam, step_adam, visible_gaussians
 from splattrain.config.schema import OptimConfig
 from splattrain.errors import ConfigError
 from splattrain.model.gaussians import GaussianModel
 from splattrain.optim import build_optimizers, step_optimizers
-from splattrain.render.cpu import build
+from splattrain.kernels import build
 
 SHAPES = {"means": (500, 3), "quats": (500, 4), "opacities": (500,), "sh0": (500, 1, 3), "shN": (500, 15, 3),
           "empty": (500, 0, 3)}

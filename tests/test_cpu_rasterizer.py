@@ -27,15 +27,15 @@ from torch import Tensor
 
 from conftest import REPO, tiny_config_text
 from splattrain.cameras import Camera
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer
 from splattrain.errors import ConfigError
 from splattrain.model.gaussians import GaussianModel
 from splattrain.registry import RENDERERS
-from splattrain.render import cpu, projection, torch_rasterizer
-from splattrain.render.cpu import build
-from splattrain.render.cpu import threads as cpu_threads
+from splattrain.render import cpu_rasterizer as cpu, projection, torch_rasterizer
+from splattrain.kernels import build
+from splattrain.kernels import threads as cpu_threads
 from splattrain.render.cpu_renderer import CpuRenderer
 from splattrain.render import TorchRenderer, build_renderer, sh_colors
 from test_rasterizer import PARAM_NAMES, Scene, assert_grad_close, make_cameras, make_scene, run
@@ -546,7 +546,7 @@ def test_missing_compiler_falls_back_with_one_warning(monkeypatch, tmp_path):
 def test_second_process_loads_the_cached_build(library):
     """A fresh process finds the library in the cache: it does not compile, the file is untouched."""
     mtime = library.path.stat().st_mtime_ns
-    code = "from splattrain.render.cpu import load_library as l; lib = l(print); print(lib.built, lib.path)"
+    code = "from splattrain.kernels import load_library as l; lib = l(print); print(lib.built, lib.path)"
     env = {**os.environ, "SPLATTRAIN_CACHE": os.environ["SPLATTRAIN_CACHE"]}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, check=True)
     assert done.stdout.split() == ["False", str(library.path)], done.stdout

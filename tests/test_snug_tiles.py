@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from splattrain.render import cpu
-from splattrain.render.cpu.rasterizer import _Composite
+from splattrain.render import cpu_rasterizer as cpu
+from splattrain.render.cpu_rasterizer import _Composite
 from test_cpu_rasterizer import library  # noqa: F401  (fixture: the library in a temporary cache)
 from test_rasterizer import make_scene
 

@@ -13,8 +13,8 @@ import torch
 from pytorch_msssim import ssim
 
 from splattrain.losses import photometric_loss, ssim_nhwc
-from splattrain.render.cpu import build
-from splattrain.render.cpu.ssim import compiled_ssim, compiled_ssim_applies
+from splattrain.kernels import build
+from splattrain.kernels.ssim import compiled_ssim, compiled_ssim_applies
 
 
 @pytest.fixture(autouse=True, scope="module")

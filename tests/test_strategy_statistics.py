@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from splattrain.render.cpu import load_library
+from splattrain.kernels import load_library
 from splattrain.strategy import statistics
 
 

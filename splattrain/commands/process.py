@@ -113,7 +113,7 @@ def _usable(image_dir: Path, names: List[str], max_megapixels: float, console: C
         raise UserError(f"{src}: {len(usable)} usable image(s) of {len(names)}{what}; structure from motion needs "
                         f"at least {MIN_REGISTERED}")
     if refused:
-        console.warning(f"skipped {len(refused)} of {len(names)} images: {escape(describe_refused(refused))}")
+        console.warning(f"skipped {len(refused)} of {len(names)} images: {describe_refused(refused)}")
     largest = max(usable.values(), key=lambda size: size[0] * size[1])
     return list(usable), refused, largest
 
@@ -139,7 +139,7 @@ def process(input_path: str, output_path: str, console: Console, sfm: SfmOptions
     names, skipped, largest = _usable(image_dir, listed, max_megapixels, console, src)
     threads = sift_threads(largest, device)
     matcher = pick_matcher(sfm.matcher, kind)
-    console.info(f"{len(names)} images from {escape(str(src))}; {matcher} matching, {sfm.mapper} mapping, "
+    console.info(f"{len(names)} images from {src}; {matcher} matching, {sfm.mapper} mapping, "
                  f"{sfm.camera} camera ({sfm.camera_model})")
     db = work / "database.db"
     timings: Dict[str, float] = {}
@@ -186,7 +186,7 @@ def process(input_path: str, output_path: str, console: Console, sfm: SfmOptions
     aside = publish(space, staged, OUTPUTS)
     staged.rmdir()
     if aside is not None:
-        console.info(f"the scene of the last run was moved to {escape(str(aside))}")
+        console.info(f"the scene of the last run was moved to {aside}")
 
     summary = {"images": len(listed), "registered": registered, "points": model.num_points3D(),
                "mean_reprojection_error_px": float(model.compute_mean_reprojection_error()),
@@ -208,8 +208,8 @@ def _print_summary(console: Console, summary: Dict[str, Any], out: Path) -> None
     if summary["left_out"]:
         console.table("images left out", ["image", "why"],
                       [[escape(name), why] for name, why in sorted(summary["left_out"].items())])
-    console.info(f"scene written to {escape(str(out))} ({', '.join(OUTPUTS)}); train it with:")
-    console.info(f"  splattrain fit --config configs/colmap.yaml data.path={escape(str(out))}")
+    console.info(f"scene written to {out} ({', '.join(OUTPUTS)}); train it with:")
+    console.info(f"  splattrain fit --config configs/colmap.yaml data.path={out}")
 
 
 def from_arguments(args: argparse.Namespace) -> Tuple[SfmOptions, FrameOptions, float]:

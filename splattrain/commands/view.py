@@ -112,27 +112,23 @@ def view(target: str | Path, console: Console, port: int = 8080, host: str = "12
          trust_config: bool = False) -> None:
     """Serve the page until Ctrl-C; pages from ``allow_origins`` may connect besides the viewer's own."""
     from ..viewer.guard import check_allow_origins
-    from ..viewer.server import ViewerServer, check_port_free, wait_for
-    from ..viewer.service import ViewService
-    from ..viewer.session import add_scene_cameras, scene_markdown
+    from ..viewer.launch import open_viewer
+    from ..viewer.server import check_port_free, wait_for
+    from ..viewer.session import scene_markdown
 
     origins = check_allow_origins(allow_origins, "--allow-origin")
     check_port_free(host, port)
     scene = load_viewed_scene(target, console, device, background, out, imports, trust_config)
-    server = ViewerServer(host, port, title=f"splattrain: {scene.name}", training=False, allow_origins=origins,
-                          warn=console.warning)
+    viewer = open_viewer(console, scene.name, scene.renderer, scene.background, scene.png_dir, host, port,
+                         allow_origins=origins, train=scene.train, test=scene.test, scene_scale=scene.scene_scale,
+                         note=f"{scene.name}, {scene.model.num_gaussians:,} Gaussians; Ctrl-C stops; ")
     try:
-        service = ViewService(server, scene.renderer, scene.background, scene.png_dir, log=console.info)
-        if scene.train or scene.test:
-            add_scene_cameras(server, scene.train, scene.test, scene.scene_scale, background=scene.background.tolist())
-        else:
-            server.set_initial_view(points_overview_pose(scene.model.params["means"]), np.array([0.0, 0.0, 1.0]))
-        server.set_stats(scene_markdown(scene.name, scene.model.num_gaussians, scene.step))
-        console.info(f"viewer: [bold]{server.url}[/bold]  {scene.name}, {scene.model.num_gaussians:,} Gaussians  "
-                     f"(from another machine: ssh -L {server.port}:localhost:{server.port} <this host>); Ctrl-C stops")
+        if not (scene.train or scene.test):
+            viewer.server.set_initial_view(points_overview_pose(scene.model.params["means"]), np.array([0.0, 0.0, 1.0]))
+        viewer.server.set_stats(scene_markdown(scene.name, scene.model.num_gaussians, scene.step))
         while True:
             interrupts.check()
-            service.serve_waiting(scene.model, scene.sh_degree)
-            wait_for(server.wake, 0.1)
+            viewer.service.serve_waiting(scene.model, scene.sh_degree)
+            wait_for(viewer.server.wake, 0.1)
     finally:
-        server.close()
+        viewer.close()

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from pytorch_msssim import ssim
 from torch import Tensor
 
-from ..render.cpu.ssim import compiled_ssim, compiled_ssim_applies
+from ..kernels.ssim import compiled_ssim, compiled_ssim_applies
 
 _SSIM_WINDOW, _SSIM_SIGMA, _SSIM_K = 11, 1.5, (0.01, 0.03)
 

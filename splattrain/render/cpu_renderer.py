@@ -14,8 +14,9 @@ from ..errors import ConfigError
 from ..model.gaussians import GaussianModel
 from ..registry import RENDERERS
 from .base import Renderer, RenderResult
-from .cpu import BuildError, composite, load_library, project, sh_colors
-from .cpu.threads import cores_for_the_library
+from ..kernels import BuildError, load_library
+from ..kernels.threads import cores_for_the_library
+from .cpu_rasterizer import composite, project, sh_colors
 from .pose_grad import merge_results, moved_gaussians
 from .projection import Projection
 

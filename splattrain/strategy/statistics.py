@@ -28,7 +28,7 @@ def accumulate_visible(state: Dict[str, Any], grads: Tensor, radii: Tensor, widt
 
 def _accumulate_compiled(state: Dict[str, Any], grads: Tensor, radii: Tensor, scale_x: float, scale_y: float,
                          longest: float, track_radii: bool) -> bool:
-    from ..render.cpu.build import loaded_library
+    from ..kernels.build import loaded_library
 
     library = loaded_library()
     targets = [state["grad2d"], state["count"], *([state["radii"]] if track_radii else [])]

@@ -1,5 +1,5 @@
 // Tile binning (binning.inc) and per-pixel compositing (forward and backward) of projected 2D
-// Gaussians on the CPU, with gsplat's rules. Plain C ABI, loaded with ctypes by splattrain/render/cpu;
+// Gaussians on the CPU, with gsplat's rules. Plain C ABI, loaded with ctypes by splattrain/kernels;
 // tensors arrive as raw pointers to contiguous arrays.
 //
 // Threads take tiles from a shared counter (dynamic scheduling). A tile walks its depth-sorted

@@ -16,9 +16,9 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ..projection import Projection, TileIntersections, gsplat_info, project_for_rasterizer
-from .build import load_library
-from .threads import loop_threads
+from .projection import Projection, TileIntersections, gsplat_info, project_for_rasterizer
+from ..kernels.build import load_library
+from ..kernels.threads import loop_threads
 
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 

@@ -7,8 +7,8 @@ from typing import Any, Dict, Iterable, List
 import torch
 
 from .adam import GaussianAdam, step_adam, visible_gaussians
-from .errors import ConfigError
-from .model.gaussians import GaussianModel
+from ..errors import ConfigError
+from ..model.gaussians import GaussianModel
 from .schedules import Schedule, build_schedule
 
 #: Parameter groups, in the order the model stores them.
@@ -25,7 +25,7 @@ def base_lrs(optim_cfg, scene_scale: float) -> Dict[str, float]:
 def build_optimizers(model: GaussianModel, optim_cfg, scene_scale: float) -> Dict[str, Any]:
     """An Adam per parameter (as gsplat's strategies expect), at each group's base rate.
 
-    ``optim.fused``: ``auto`` (the compiled :class:`~splattrain.adam.GaussianAdam` for CPU
+    ``optim.fused``: ``auto`` (the compiled :class:`~splattrain.optim.adam.GaussianAdam` for CPU
     parameters when the CPU library loads, ``torch.optim.Adam`` otherwise), ``true`` (compiled,
     a ConfigError when it cannot be) or ``false`` (``torch.optim.Adam``). ``optim.sparse: true``
     updates only the Gaussians seen in the step (always a GaussianAdam).
@@ -50,7 +50,7 @@ def build_optimizers(model: GaussianModel, optim_cfg, scene_scale: float) -> Dic
 
 def _adam_library(device: torch.device, fused: str) -> Any:
     """The CPU library for a compiled Adam step, or None (``auto`` off the CPU or without one)."""
-    from .render.cpu.build import BuildError, load_library
+    from ..kernels.build import BuildError, load_library
 
     if device.type != "cpu":
         if fused == "true":

@@ -23,7 +23,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 import torch
 from torch import Tensor
 
-from .render.cpu.threads import loop_threads
+from ..kernels.threads import loop_threads
 
 #: The hyperparameters torch.optim.Adam keeps per group (so state dicts are interchangeable).
 ADAM_DEFAULTS: Dict[str, Any] = {
