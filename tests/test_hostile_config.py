@@ -60,7 +60,10 @@ def test_a_stop_signal_is_honoured_while_a_large_config_parses(tmp_path):
     child.send_signal(signal.SIGTERM)
     _, stderr = child.communicate(timeout=120)
     assert child.returncode == 143, stderr
-    assert stderr.strip().splitlines()[-1] == "stopped by SIGTERM"
+    # the parse acts on it; on a loaded machine the imports before it may outlast the 5 s a signal
+    # waits for a safe point, and the watchdog ends the process instead (the same exit code)
+    assert stderr.strip().splitlines()[-1] in ("stopped by SIGTERM",
+                                               "stopped by SIGTERM: no safe point came within 5 s; ended at once")
 
 
 def test_interpolation_loop_is_refused(tmp_path):
