@@ -76,7 +76,7 @@ class Slow(Hook):
     def after_train_iter(self, trainer, step, batch, outputs):
         time.sleep(self.seconds)
 
-    def set_paused(self, trainer, paused: bool) -> None:
+    def on_pause(self, trainer, paused: bool) -> None:
         (self.held.set if paused else self.held.clear)()
 
 
