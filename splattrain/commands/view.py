@@ -119,12 +119,13 @@ def view(target: str | Path, console: Console, port: int = 8080, host: str = "12
     origins = check_allow_origins(allow_origins, "--allow-origin")
     check_port_free(host, port)
     scene = load_viewed_scene(target, console, device, background, out, imports, trust_config)
+    overview = None if scene.train or scene.test else (points_overview_pose(scene.model.params["means"]),
+                                                       np.array([0.0, 0.0, 1.0]))
     viewer = open_viewer(console, scene.name, scene.renderer, scene.background, scene.png_dir, host, port,
                          allow_origins=origins, train=scene.train, test=scene.test, scene_scale=scene.scene_scale,
-                         note=f"{scene.name}, {scene.model.num_gaussians:,} Gaussians; Ctrl-C stops; ")
+                         note=f"{scene.name}, {scene.model.num_gaussians:,} Gaussians; Ctrl-C stops; ",
+                         initial_view=overview)
     try:
-        if not (scene.train or scene.test):
-            viewer.server.set_initial_view(points_overview_pose(scene.model.params["means"]), np.array([0.0, 0.0, 1.0]))
         viewer.server.set_stats(scene_markdown(scene.name, scene.model.num_gaussians, scene.step))
         while True:
             interrupts.check()

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
+
+import numpy as np
 
 import torch
 
 from ..console import Console
 from ..data.types import Frame
 from ..render.base import Renderer
+from .camera import ViewPose
 from .server import ViewerServer, ViewerSettings
 from .service import ViewService
 from .session import add_scene_cameras
@@ -32,16 +35,20 @@ def open_viewer(console: Console, name: str, renderer: Renderer, background: tor
                 host: str = "127.0.0.1", port: int = 8080, training: bool = False,
                 settings: Optional[ViewerSettings] = None, allow_origins: Sequence[str] = (),
                 train: Sequence[Frame] = (), test: Sequence[Frame] = (), scene_scale: float = 1.0,
-                thumbnails: bool = True, note: str = "") -> Viewer:
+                thumbnails: bool = True, note: str = "",
+                initial_view: Optional[Tuple[ViewPose, np.ndarray]] = None) -> Viewer:
     """Serve the page titled after ``name`` on ``host:port`` (a taken port is named in one line),
-    drawing the ``train`` / ``test`` cameras when there are any, and say where it is (``note``
-    follows the address)."""
+    drawing the ``train`` / ``test`` cameras when there are any (or starting browsers at
+    ``initial_view``: a pose and the world's up direction), and say where it is (``note``
+    follows the address) once a browser that connects is shown the scene."""
     server = ViewerServer(host, port, title=f"splattrain: {name}", training=training, settings=settings,
                           allow_origins=allow_origins, warn=console.warning)
     try:
         service = ViewService(server, renderer, background, png_dir, log=console.info)
         if train or test:
             add_scene_cameras(server, train, test, scene_scale, thumbnails, background.tolist())
+        elif initial_view is not None:
+            server.set_initial_view(*initial_view)
     except BaseException:
         server.close()
         raise
