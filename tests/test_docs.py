@@ -37,7 +37,6 @@ from omegaconf import MISSING
 from conftest import REPO
 from splattrain.config.schema import SplatConfig
 from splattrain.engine import load_config
-from splattrain.engine.plugins import check_plugin_sections  # noqa: F401  (registers the built-in plugins)
 from splattrain.errors import ConfigError
 from splattrain.hooks.specs import DEFAULT_HOOKS, OPTIONAL_DEFAULT_HOOKS
 from splattrain.registry import DATASETS, HOOKS, LOSSES, RENDERERS, STRATEGIES, WRITERS
@@ -323,7 +322,8 @@ def test_docs_check_a_fair_share_of_defaults():
     for doc in DOCS:
         text = doc.read_text()
         count += sum(len(rows) for _, _, header, rows in tables(text) if "default" in [c.lower() for c in header])
-        count += sum(len(list(leaves(yaml.safe_load(b) or {}))) for _, b in yaml_blocks(text) if b.startswith("# defaults"))
+        count += sum(len(list(leaves(yaml.safe_load(block) or {})))
+                     for _, block in yaml_blocks(text) if block.startswith("# defaults"))
         count += sum(1 for m in re.finditer(PROSE_DEFAULT, text) if m.group(1).split(".")[0] in CONFIG_KEYS)
     assert count >= 60, count
 
@@ -421,7 +421,8 @@ def test_a_yaml_block_that_is_not_a_valid_config_fails(tmp_path, monkeypatch):
 
 
 def test_the_block_finder_reads_fences_and_markers():
-    text = "x\n```yaml\na: 1\n```\n\n```text\nb: 2\n```\n<!-- defaults: data -->\n\n| key | default |\n|---|---|\n| `a` | 1 |\n"
+    text = ("x\n```yaml\na: 1\n```\n\n```text\nb: 2\n```\n"
+            "<!-- defaults: data -->\n\n| key | default |\n|---|---|\n| `a` | 1 |\n")
     assert list(yaml_blocks(text)) == [(2, "a: 1\n")]
     assert list(tables(text)) == [(11, "data", ["key", "default"], [["`a`", "1"]])]
     assert parse_value("`[1, 1, 1]` (white)") == [1, 1, 1] and parse_value("raise; or skip") == "raise"
