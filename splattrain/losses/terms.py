@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Mapping, Optional
 
 import torch
 from torch import Tensor
@@ -35,6 +35,9 @@ class LossTerm(ABC):
 
     #: Set when the term reads ``render.depth`` (training renders then include depth).
     needs_depth: bool = False
+    #: The renderer's extra images the term reads (``normals``, ``distortion``: see
+    #: ``Renderer.extra_outputs``); a renderer that cannot render them makes the term unavailable.
+    needs_outputs: FrozenSet[str] = frozenset()
 
     def __init__(self, weight: float = 1.0) -> None:
         if not weight >= 0.0 or weight == float("inf"):
