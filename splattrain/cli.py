@@ -79,6 +79,8 @@ def _parser() -> argparse.ArgumentParser:
     rd.add_argument("--frames", type=int, default=60, help="frames in an orbit")
     rd.add_argument("--fps", type=int, default=15)
     rd.add_argument("--out", help="output folder (default RUN_DIR/renders/<path>_step_XXXXXX)")
+    rd.add_argument("--depth", default="median",
+                    help="depth maps written to OUT/depth/: median (default), expected or none")
     rd.add_argument("--device", default="auto")
     _plugin_options(rd)
     ex = sub.add_parser("export", help="write a trained scene as .ply, compressed .ply, .spz, .splat or a mesh")
@@ -96,8 +98,9 @@ def _parser() -> argparse.ArgumentParser:
     sc.add_argument("--config", required=True, help="YAML config file (see configs/)")
     sc.add_argument("--out", help="also plot every curve to this PNG file")
     sc.add_argument("overrides", nargs="*", metavar="dotted.key=value", help="config overrides")
-    vw = sub.add_parser("view", help="look at a trained scene, checkpoint or 3DGS PLY in the browser")
-    vw.add_argument("target", metavar="RUN_DIR|CKPT|PLY", help="a run directory, a checkpoint or a 3DGS .ply file")
+    vw = sub.add_parser("view", help="look at a trained scene, checkpoint, 3DGS PLY or mesh PLY in the browser")
+    vw.add_argument("target", metavar="RUN_DIR|CKPT|PLY", help="a run directory, a checkpoint, a 3DGS .ply file "
+                                                               "or a mesh .ply (export --format mesh)")
     vw.add_argument("--port", type=int, default=8080)
     vw.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
     vw.add_argument("--allow-origin", action="append", default=None, metavar="URL",
@@ -105,6 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     vw.add_argument("--background", default=None, metavar="R,G,B",
                     help="background colour in [0, 1] (default: the run's, white for a PLY)")
     vw.add_argument("--out", help="folder for saved PNG views (default RUN_DIR/viewer, or beside the PLY)")
+    vw.add_argument("--mesh", default=None, metavar="PLY", help="also show this mesh PLY (from export --format mesh)")
     vw.add_argument("--device", default="auto")
     _plugin_options(vw)
     _add_process(sub)
@@ -248,7 +252,7 @@ def _render(args: argparse.Namespace) -> int:
         if not 1 <= value <= 100_000:
             raise UserError(f"render {option} must be between 1 and 100000, got {value}")
     render(args.target, Console(), path=args.path, out=args.out, frames=args.frames, fps=args.fps, device=args.device,
-           imports=args.imports, trust_config=args.trust_config)
+           imports=args.imports, trust_config=args.trust_config, depth=args.depth)
     return 0
 
 
@@ -273,7 +277,7 @@ def _view(args: argparse.Namespace) -> int:
 
     view(args.target, Console(), port=args.port, host=args.host, background=args.background, out=args.out,
          device=args.device, allow_origins=args.allow_origin, imports=args.imports,
-         trust_config=args.trust_config)
+         trust_config=args.trust_config, mesh=args.mesh)
     return 0
 
 

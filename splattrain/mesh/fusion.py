@@ -70,12 +70,6 @@ def default_settings(extent: float, voxel_size: Optional[float] = None, trunc: O
     return FusionSettings(voxel_size, trunc, math.inf if max_depth is None else max_depth, min_views)
 
 
-def open3d_intrinsics(K: np.ndarray) -> np.ndarray:
-    """splattrain's intrinsics (pixel centres at +0.5) as Open3D reads them (centres at integers)."""
-    K = np.array(K, dtype=np.float64)
-    K[0, 2] -= 0.5
-    K[1, 2] -= 0.5
-    return K
 
 
 class TsdfFusion:
@@ -103,16 +97,17 @@ class TsdfFusion:
         (0 where there is none), pinhole ``K`` [3, 3] and world-to-camera ``viewmat`` [4, 4]
         (OpenCV axes, splattrain's pixel-centre convention). DataError, before anything is
         allocated, when the voxel blocks it needs cannot fit in memory."""
+        if not (depth > 0).any():
+            return
         core, s = self.o3d.core, self.settings
         depth_image = self.o3d.t.geometry.Image(core.Tensor(np.ascontiguousarray(depth, dtype=np.float32)))
         colour = np.ascontiguousarray(rgb, dtype=np.float32) / 255.0
         colour_image = self.o3d.t.geometry.Image(core.Tensor(colour))
-        intrinsics = core.Tensor(open3d_intrinsics(K), core.float64)
+        # Open3D reads pixel (i, j) as the square [i, i + 1) x [j, j + 1), as splattrain's K does.
+        intrinsics = core.Tensor(np.asarray(K, dtype=np.float64), core.float64)
         extrinsics = core.Tensor(np.asarray(viewmat, dtype=np.float64), core.float64)
         max_depth = min(s.max_depth, 1e30)
         multiplier = s.trunc / s.voxel_size
-        if not (depth > 0).any():
-            return
         touched = self.grid.compute_unique_block_coordinates(depth_image, intrinsics, extrinsics, 1.0, max_depth,
                                                              multiplier)
         self._require_room(int(touched.shape[0]))
