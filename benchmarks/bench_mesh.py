@@ -149,6 +149,49 @@ def evaluate_mesh(path: Path, scene: Path) -> Dict[str, float]:
     return result
 
 
+def depth_errors(run: Path) -> Dict[str, float]:
+    """Rendered depth against the exact depth on the run's test views, per depth kind: the median
+    signed error (bias) and the median absolute error over the pixels both cover, split into
+    pixels at depth edges (a neighbour's true depth differs by over 5%, or is background) and
+    the rest; in the dataset's units."""
+    import torch
+
+    from splattrain.commands.snapshot import load_snapshot
+
+    snapshot = load_snapshot(run, "cpu")
+    renderer = snapshot.renderer()
+    transform = snapshot.checkpoint.get("world_transform")
+    matrix = np.eye(4) if transform is None else torch.as_tensor(transform, dtype=torch.float64).numpy()
+    scale = float(np.cbrt(np.linalg.det(matrix[:3, :3])))
+    errors: Dict[str, Dict[str, list]] = {kind: {"all": [], "edge": [], "inner": []} for kind in ("expected", "median")}
+    for frame in snapshot.scene().test:
+        camera = frame.camera
+        with torch.no_grad():
+            result = renderer.render(snapshot.model, [camera], snapshot.sh_degree, snapshot.background, depth="both")
+        viewmat = camera.viewmat.double().numpy()
+        original = viewmat.copy()  # the same camera in the dataset's frame (x_norm = s x + t)
+        original[:3, 3] = (viewmat[:3, :3] @ matrix[:3, 3] + viewmat[:3, 3]) / scale
+        truth = depth_map(original, camera.K.double().numpy(), camera.width, camera.height).astype(np.float64)
+        padded = np.pad(truth, 1, mode="edge")
+        neighbours = np.stack([padded[1:-1, :-2], padded[1:-1, 2:], padded[:-2, 1:-1], padded[2:, 1:-1]])
+        edge = ((neighbours == 0) | (np.abs(neighbours - truth) > 0.05 * truth)).any(0)
+        covered = (truth > 0) & (result.alpha[0, ..., 0].numpy() >= 0.5)
+        for kind, depth in (("expected", result.depth), ("median", result.median_depth)):
+            error = depth[0, ..., 0].double().numpy() / scale - truth
+            errors[kind]["all"].append(error[covered])
+            errors[kind]["edge"].append(error[covered & edge])
+            errors[kind]["inner"].append(error[covered & ~edge])
+    out = {}
+    for kind, parts in errors.items():
+        values = {part: np.concatenate(chunks) for part, chunks in parts.items()}
+        out[f"{kind}_bias"] = float(np.median(values["all"]))
+        for part in ("all", "edge", "inner"):
+            out[f"{kind}_abs_{part}"] = float(np.median(np.abs(values[part])))
+        out["edge_pixels"] = int(len(values["edge"]))
+        out["inner_pixels"] = int(len(values["inner"]))
+    return out
+
+
 def train(name: str, terms: List[str], out: Path, steps: int, extra: List[str]) -> Dict[str, float]:
     """Train the demo with the loss ``terms`` into ``out``; its results.json plus wall time."""
     shutil.rmtree(out, ignore_errors=True)  # this benchmark's own run folder
@@ -198,6 +241,12 @@ def main() -> None:
                   f"({100 * row['chamfer'] / row['extent']:.2f}% of extent)  accuracy {row['accuracy']:.4f}  "
                   f"completeness {row['completeness']:.4f}  F@1% {row['fscore']:.3f}  export {seconds:.1f} s",
                   flush=True)
+        depth = depth_errors(run)
+        rows[f"{name}/median"]["depth_errors"] = rows[f"{name}/expected"]["depth_errors"] = depth
+        print(f"{name:10s} rendered depth vs exact, median |error| edge / inner pixels: expected "
+              f"{depth['expected_abs_edge']:.4f} / {depth['expected_abs_inner']:.4f}, median "
+              f"{depth['median_abs_edge']:.4f} / {depth['median_abs_inner']:.4f}; bias expected "
+              f"{depth['expected_bias']:+.4f}, median {depth['median_bias']:+.4f}", flush=True)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     first = next(iter(rows.values()))

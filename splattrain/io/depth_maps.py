@@ -74,5 +74,5 @@ def save_depth_maps(folder: Path, name: str, depth: np.ndarray, alpha: np.ndarra
     np.save(buffer, depth, allow_pickle=False)
     with atomic_path(folder / f"{name}.npy") as tmp:
         tmp.write_bytes(buffer.getvalue())
-    save_png(folder / f"{name}_preview.png", colorize_depth(depth, alpha))
+    save_png(folder / f"{name}_preview.png", colorize_depth(depth, np.where(alpha >= MIN_ALPHA, alpha, 0.0)))
     return {"png": f"{name}.png", "npy": f"{name}.npy", "scale": scale}

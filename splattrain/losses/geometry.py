@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..errors import ConfigError
 from ..registry import LOSSES
 from .terms import Batch, LossTerm
 
@@ -34,6 +35,29 @@ def _valid_mean(values: Tensor, valid: Tensor, batch: Batch) -> Tensor:
     if mask is not None:
         valid = valid & mask
     return (values * valid).sum() / valid.sum().clamp_min(1)
+
+
+class _GeometryTerm(LossTerm):
+    """A regulariser that reads the renderer's extra images and starts at ``start_step`` (as 2DGS
+    starts its own once the geometry has formed; before it the term is 0 and costs nothing but
+    the extra channels)."""
+
+    def __init__(self, weight: float = 1.0, start_step: int = 0) -> None:
+        super().__init__(weight)
+        if isinstance(start_step, bool) or not isinstance(start_step, int) or start_step < 0:
+            raise ConfigError(f"loss term {type(self).__name__}: start_step must be a whole number >= 0, "
+                              f"got {start_step!r}")
+        self.start_step = start_step
+
+    def unavailable(self, trainer: Any) -> Optional[str]:
+        return _renderer_lacks(self, trainer)
+
+    def waiting(self, render, batch: Batch) -> Optional[Tensor]:
+        """A zero loss while the batch's step is before ``start_step``, else None."""
+        step = batch.get("step")
+        if step is not None and step < self.start_step:
+            return render.alpha.new_zeros(())
+        return None
 
 
 def depth_normals(depth: Tensor, Ks: Tensor) -> Tuple[Tensor, Tensor]:
@@ -56,29 +80,38 @@ def depth_normals(depth: Tensor, Ks: Tensor) -> Tuple[Tensor, Tensor]:
 
 
 @LOSSES.register("depth_distortion")
-class DepthDistortionLoss(LossTerm):
-    """Depth distortion (2DGS): per pixel, the spread of the compositing weights along the ray,
-    ``sum_ij w_i w_j (z_i - z_j)^2 / 2``, divided by the pixel's squared expected depth (so the
-    term does not depend on the scene's scale); the mean over pixels.
+class DepthDistortionLoss(_GeometryTerm):
+    """Depth distortion (2DGS): how far each pixel's compositing weights spread along the ray.
 
-    2DGS sums ``|z_i - z_j|`` over the pairs; the squared distance is used here because its sum
-    is exact from three composited sums (``sum w``, ``sum w z``, ``sum w z^2``), which every
-    backend renders and differentiates in the same pass as the colours. Both vanish exactly when
-    a pixel's weight sits at one depth."""
+    Per pixel, the weighted variance of the composited Gaussians' depths,
+    ``sum_ij w_i w_j (z_i - z_j)^2 / (2 A^2)`` (``A = sum_i w_i``, the pixel's alpha), relative to
+    the squared expected depth, then weighted by the pixel's alpha (no gradient through that
+    weight) and averaged over pixels.
+
+    2DGS sums ``w_i w_j |z_i - z_j|`` over the pairs. Squared distances are used here because
+    their sum is exact from three composited sums (``sum w``, ``sum w z``, ``sum w z^2``), which
+    every backend renders and differentiates in the same pass as the colours; and the spread is
+    normalised by ``A^2`` and the depth so that it is lowered only by gathering the weights at one
+    depth, never by making Gaussians transparent (unnormalised, the term empties the scene early in
+    training, when the weights of freshly placed Gaussians are spread widely) and does not depend
+    on the scene's scale."""
 
     needs_depth = True
     needs_outputs = frozenset({"distortion"})
 
-    def unavailable(self, trainer: Any) -> Optional[str]:
-        return _renderer_lacks(self, trainer)
-
     def __call__(self, render, batch, model) -> Tensor:
-        scale = render.depth.detach().square().clamp_min(1e-12)
-        return _valid_mean(render.distortion / scale, render.alpha.detach() > 0, batch)
+        waiting = self.waiting(render, batch)
+        if waiting is not None:
+            return waiting
+        alpha = render.alpha.clamp_min(1e-4)
+        covered = render.alpha.detach() > 0.01
+        variance = render.distortion / alpha.square()  # of the depth under the weights w / A
+        relative = variance / render.depth.detach().square().clamp_min(1e-12)
+        return _valid_mean(alpha.detach() * relative, covered, batch)
 
 
 @LOSSES.register("normal_consistency")
-class NormalConsistencyLoss(LossTerm):
+class NormalConsistencyLoss(_GeometryTerm):
     """Depth-normal consistency (2DGS): per pixel ``sum_i w_i (1 - n_i . N)``, with ``n_i`` the
     Gaussians' normals (the axis of their smallest scale, facing the camera) and ``N`` the normal
     of the rendered expected-depth map; the mean over pixels off the image border. As the sum
@@ -88,10 +121,10 @@ class NormalConsistencyLoss(LossTerm):
     needs_depth = True
     needs_outputs = frozenset({"normals"})
 
-    def unavailable(self, trainer: Any) -> Optional[str]:
-        return _renderer_lacks(self, trainer)
-
     def __call__(self, render, batch, model) -> Tensor:
+        waiting = self.waiting(render, batch)
+        if waiting is not None:
+            return waiting
         Ks = torch.stack([camera.K for camera in batch["camera"]]).to(render.depth.device)
         surface, valid = depth_normals(render.depth, Ks)
         error = render.alpha - (render.normals * surface).sum(-1, keepdim=True)

@@ -27,7 +27,7 @@ class LossTerm(ABC):
     scalar to the loss. ``render`` is the :class:`~splattrain.RenderResult` (``rgb`` [C,H,W,3],
     ``alpha``, ``depth`` when ``needs_depth``), ``batch`` the training batch (``image`` [C,H,W,3],
     ``mask`` bool [C,H,W,1] when the dataset has masks, ``depth`` [C,H,W,1] when it has depth
-    maps, ``camera``, ``image_id``, ``background``), ``model`` the
+    maps, ``camera``, ``image_id``, ``background``, ``step`` in training), ``model`` the
     :class:`~splattrain.GaussianModel`. A term that cannot apply to this run says why in
     :meth:`unavailable` (asked once, when the trainer is built) and is skipped with one warning.
     Terms keep no state in checkpoints: they are rebuilt from their options.
