@@ -46,12 +46,9 @@ from splattrain.mesh.files import MeshArrays, read_mesh_ply  # noqa: E402
 
 #: The trained settings: name -> loss terms (the demo's own L1 + D-SSIM, then the regularisers).
 PHOTOMETRIC = "{type: l1, weight: 0.8}, {type: dssim, weight: 0.2}"
-RUNS = {
-    "baseline": [],
-    "distortion": ["{type: depth_distortion, weight: 100}"],
-    "normals": ["{type: normal_consistency, weight: 0.05}"],
-    "both": ["{type: depth_distortion, weight: 100}", "{type: normal_consistency, weight: 0.05}"],
-}
+DISTORTION = "{type: depth_distortion, weight: 10, start_step: 500}"
+NORMALS = "{type: normal_consistency, weight: 0.05, start_step: 500}"
+RUNS = {"baseline": [], "distortion": [DISTORTION], "normals": [NORMALS], "both": [DISTORTION, NORMALS]}
 MESH_SAMPLES = 1_000_000
 #: Rays per pixel side for the true surface points: 4 x 4 rays a pixel put them about 5 mm apart
 #: (the demo's pixels span about 2 cm at the scene's centre), so that the distance from a mesh
