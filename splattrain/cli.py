@@ -122,7 +122,7 @@ def _add_mesh_options(parser: Any) -> None:
     mesh = parser.add_argument_group("mesh options (--format mesh; sizes in the units of the written frame)")
     mesh.add_argument("--depth", default="median", help="median (on the surface) or expected depth (default median)")
     mesh.add_argument("--voxel-size", type=float, default=None,
-                      help="TSDF voxel edge (default: the extent the training cameras see / 512)")
+                      help="TSDF voxel edge (default: the extent the training cameras see / 256)")
     mesh.add_argument("--trunc", type=float, default=None, help="TSDF truncation distance (default: 4 voxels)")
     mesh.add_argument("--max-depth", type=float, default=None, help="fuse no depth beyond this (default: all)")
     mesh.add_argument("--components", type=int, default=50,

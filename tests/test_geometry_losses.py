@@ -114,3 +114,12 @@ def test_training_with_both_regularisers(tmp_path):
     assert steps[5]["loss/depth_distortion"] == 0.0 and steps[5]["loss/normal_consistency"] == 0.0
     assert steps[20]["loss/depth_distortion"] > 0.0 and steps[20]["loss/normal_consistency"] > 0.0
     assert all(math.isfinite(v) for row in steps.values() for k, v in row.items() if k.startswith("loss/"))
+
+
+def test_the_surface_config_trains_with_both_terms():
+    from conftest import REPO
+
+    cfg = load_config(REPO / "configs" / "demo_surface.yaml")
+    loss = build_loss(cfg.loss)
+    assert [name for name, _ in loss.terms] == ["l1", "dssim", "depth_distortion", "normal_consistency"]
+    assert all(term.start_step == 500 for name, term in loss.terms[2:])

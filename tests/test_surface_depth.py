@@ -102,22 +102,23 @@ def test_normals_and_distortion_match_the_dense_reference(kind):
     torch.testing.assert_close(result.distortion, distortion, rtol=0, atol=1e-4 * float(distortion.max()))
 
 
-def grads_of_geometry(kind: str, model, cameras):
+def grads_of_geometry(kind: str, model, cameras, extras):
     for param in model.params.values():
         param.grad = None
-    result = renderer(kind, ("normals", "distortion")).render(model, cameras, model.sh_degree, torch.ones(3),
-                                                              depth=True)
+    result = renderer(kind, extras).render(model, cameras, model.sh_degree, torch.ones(3), depth=True)
     g = torch.Generator().manual_seed(11)
     loss = sum((getattr(result, name) * torch.randn(getattr(result, name).shape, generator=g)).sum()
-               for name in ("rgb", "depth", "normals", "distortion"))
+               for name in ("rgb", "depth", *extras))
     loss.backward()
     return {name: param.grad.clone() for name, param in model.params.items()}
 
 
-@pytest.mark.parametrize("kind", ["cpu", "gsplat"])
-def test_geometry_gradients_match_torch(kind):
+@pytest.mark.parametrize("kind, extras", [("cpu", ("normals", "distortion")), ("cpu", ("distortion",)),
+                                          ("cpu", ("normals",)), ("gsplat", ("normals", "distortion"))])
+def test_geometry_gradients_match_torch(kind, extras):
     model, cameras = make_model(6, n=80), make_cameras(2)
-    ours, reference = grads_of_geometry(kind, model, cameras), grads_of_geometry("torch", model, cameras)
+    ours = grads_of_geometry(kind, model, cameras, extras)
+    reference = grads_of_geometry("torch", model, cameras, extras)
     for name, grad in reference.items():
         atol = 1e-4 * float(grad.abs().max()) + 1e-6
         torch.testing.assert_close(ours[name], grad, rtol=1e-4, atol=atol, msg=lambda m: f"{name}: {m}")

@@ -307,13 +307,15 @@ Kernels<float> float_kernels() {
     }
 }
 
-// float with 3 or 4 channels (the renderer's cases) runs the widest build; float64 (used to
-// check gradients) and other channel counts run the baseline build.
+// float with 3, 4 or 8 channels (the renderer's cases: colour, depth, and the geometry channels
+// padded to 8) runs the widest build; float64 (used to check gradients) and other channel counts
+// run the baseline build.
 template <typename S>
 Kernels<S> kernels(int channels) {
     if constexpr (std::is_same_v<S, float>) {
         if (channels == 3) return float_kernels<3>();
         if (channels == 4) return float_kernels<4>();
+        if (channels == 8) return float_kernels<8>();
     }
     return {baseline::forward_tile<0, S>, baseline::backward_tile<0, S>};
 }

@@ -25,7 +25,7 @@ BLOCK_RESOLUTION = 16
 BLOCK_BYTES = BLOCK_RESOLUTION**3 * (1 + 1 + 3) * 4  # float32 tsdf, weight and RGB per voxel
 INITIAL_BLOCKS = 512
 #: Default voxel size: the scene's extent over this many voxels.
-VOXELS_PER_EXTENT = 512
+VOXELS_PER_EXTENT = 256
 #: Default truncation distance, in voxels.
 TRUNC_VOXELS = 4.0
 
@@ -60,7 +60,7 @@ class FusionSettings:
 def default_settings(extent: float, voxel_size: Optional[float] = None, trunc: Optional[float] = None,
                      max_depth: Optional[float] = None, min_views: float = 3.0) -> FusionSettings:
     """Settings for a scene of ``extent`` (the diagonal of what the cameras see): voxels of
-    ``extent / 512`` and a truncation of 4 voxels unless given."""
+    ``extent / 256`` and a truncation of 4 voxels unless given."""
     if voxel_size is None:
         if not (math.isfinite(extent) and extent > 0):
             raise DataError("the scene's extent cannot be measured (no rendered depth): give --voxel-size")

@@ -22,6 +22,8 @@ from .pose_grad import merge_results, moved_gaussians
 from .projection import Projection
 
 Message = Optional[Callable[[str], None]]
+#: The widest channel count the compiled compositing has vector kernels for (besides 3 and 4).
+KERNEL_CHANNELS = 8
 
 
 @RENDERERS.register("cpu", aliases=("CpuRenderer",))
@@ -79,12 +81,15 @@ class CpuRenderer(Renderer):
         backgrounds = background.expand(C, 3)
         extra, reference = extra_features(wanted, *geometry, depths=proj.depths)
         if extra is not None:
-            features = torch.cat([features, extra], dim=-1)
-            backgrounds = torch.cat([backgrounds, background.new_zeros(C, extra.shape[-1])], dim=-1)
+            # 5 to 7 channels are padded to 8, which the library has vector kernels for
+            pad = KERNEL_CHANNELS - 3 - extra.shape[-1] if 3 + extra.shape[-1] > 4 else 0
+            features = torch.cat([features, extra, features.new_zeros(*extra.shape[:-1], pad)], dim=-1)
+            backgrounds = torch.cat([backgrounds, background.new_zeros(C, extra.shape[-1] + pad)], dim=-1)
         render, alpha, info = composite(
             proj, features, width, height, tile_size=self.tile_size, backgrounds=backgrounds,
             median_channel=3 if wanted.median else None,
         )
+        render = render[..., :3 + wanted.channels]
         median = info.pop("median", None)
         return RenderResult(info=info, **result_fields(wanted, render, alpha, reference, median))
 
