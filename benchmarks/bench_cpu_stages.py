@@ -31,7 +31,7 @@ import torch
 from bench_rasterizer import median_ms
 from splattrain.cameras import stack_cameras
 from splattrain.commands.snapshot import load_snapshot
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.engine.trainer import DefaultTrainer
 from splattrain.losses import photometric_loss
 from splattrain.registry import RENDERERS

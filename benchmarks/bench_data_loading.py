@@ -100,7 +100,7 @@ def measure(folder: str, how: str) -> dict:
 
 def data_time_per_step(steps: int, prefetch: bool) -> dict:
     """Train the demo scene and time the trainer's calls to ``data.next_train``."""
-    from splattrain.config import load_config
+    from splattrain.engine import load_config
     from splattrain.console import Console
     from splattrain.engine import DefaultTrainer
 

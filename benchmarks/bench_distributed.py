@@ -125,7 +125,7 @@ def make_probe(name: str, threads: int, block: int, turns: Turns):
 def build_trainer(name: str, steps: int, views: int, out: str, checkpoint_every: int = 0):
     """The demo-scene trainer of run ``name`` to step ``steps`` (a one-rank run does not join the
     process group)."""
-    from splattrain.config import load_config
+    from splattrain.engine import load_config
     from splattrain.console import Console
     from splattrain.engine.trainer import DefaultTrainer
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, DefaultDict
 import torch
 
 import splattrain.engine.trainer as trainer_module
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.console import Console
 from splattrain.engine.trainer import DefaultTrainer
 

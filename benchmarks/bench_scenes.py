@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Sequence
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from splattrain.config import load_config  # noqa: E402
+from splattrain.engine import load_config  # noqa: E402
 from splattrain.config.schema import DataConfig  # noqa: E402
 from splattrain.console import Console  # noqa: E402
 from splattrain.data.loading import find_scene  # noqa: E402

@@ -36,7 +36,7 @@ from typing import Dict, List, Optional, Tuple
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "outputs" / "bench_startup"
 
-# Runs in the child interpreter: `splattrain fit` as cli._fit does it, each phase timed.
+# Runs in the child interpreter: `splattrain fit` as commands/fit.py does it, each phase timed.
 CHILD = r"""
 import atexit, gc, json, sys, time
 atexit.register(gc.freeze)  # as the command line does: no collection of the process's objects at exit
@@ -50,7 +50,7 @@ def mark(name, since):
 
 from pathlib import Path
 import splattrain.engine.trainer as trainer_module
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.console import Console
 t = mark("import", started)
 

@@ -35,7 +35,7 @@ import torch
 from splattrain.optim.adam import GaussianAdam, step_adam, visible_gaussians
 from splattrain.cameras import Camera
 from splattrain.checkpoint import load_checkpoint_file
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.engine.trainer import DefaultTrainer
 from splattrain.errors import ConfigError
 from splattrain.losses import photometric_loss

@@ -40,7 +40,7 @@ from splattrain.cli import GOMP_SPINCOUNT  # noqa: E402
 
 os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)  # as the command line sets it, before torch loads
 
-from splattrain.config import load_config  # noqa: E402
+from splattrain.engine import load_config  # noqa: E402
 from splattrain.console import Console  # noqa: E402
 from splattrain.engine import DefaultTrainer  # noqa: E402
 from splattrain.hooks import Hook, ViewerHook  # noqa: E402

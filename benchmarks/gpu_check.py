@@ -35,7 +35,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from splattrain.config import load_config  # noqa: E402
+from splattrain.engine import load_config  # noqa: E402
 from splattrain.console import Console  # noqa: E402
 from splattrain.engine import DefaultTrainer  # noqa: E402
 from splattrain.render import build_renderer  # noqa: E402

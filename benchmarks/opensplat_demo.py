@@ -31,7 +31,7 @@ import torch
 from PIL import Image
 
 from splattrain.commands.snapshot import Snapshot
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.io.gaussians_file import read_gaussians_file
 from splattrain.metrics import Evaluator, mean_metrics
 from splattrain.model.gaussians import GaussianModel

@@ -21,7 +21,7 @@ from typing import List, Optional
 import numpy as np
 import torch
 
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer
 from splattrain.hooks import Hook

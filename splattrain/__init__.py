@@ -24,6 +24,7 @@ _EXPORTS = {
     "UserError": ".errors",
     "Hook": ".hooks",
     "Priority": ".hooks",
+    "RunSchedule": ".hooks.trainer_api",
     "StepOutputs": ".hooks.trainer_api",
     "Trainer": ".hooks.trainer_api",
     "LossTerm": ".losses",

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Iterator, List, NoReturn, Optional
+from typing import Any, List, NoReturn, Optional
 
 from .errors import UserError, describe_os_error
 
@@ -112,6 +110,12 @@ def _parser() -> argparse.ArgumentParser:
     vw.add_argument("--device", default="auto")
     _plugin_options(vw)
     _add_process(sub)
+    dw = sub.add_parser("download-weights", help="fetch the LPIPS weight files (SHA-256 checked) for machines "
+                                                 "without network at training time")
+    dw.add_argument("what", choices=["lpips"])
+    dw.add_argument("--net", choices=["alex", "vgg"], default="alex", help="the LPIPS network (metrics.lpips_net)")
+    dw.add_argument("--dir", dest="folder", metavar="DIR",
+                    help="put the files in this folder (for metrics.lpips_weights) instead of torch's hub cache")
     lst = sub.add_parser("list", help="list registered hooks, writers, datasets, renderers, losses, strategies, trainers")
     lst.add_argument("what", choices=list(_REGISTRIES))
     lst.add_argument("--config", help="also import the modules this config names in imports:")
@@ -145,94 +149,9 @@ def escape(text: str) -> str:
 
 
 def _fit(args: argparse.Namespace) -> int:
-    from rich.markup import escape
+    from .commands.fit import fit
 
-    from .config import config_to_yaml, load_config
-    from .console import Console
-    from .engine import DefaultTrainer  # noqa: F401  (registers the built-in trainer)
-    from .registry import TRAINERS
-
-    if args.nproc is not None:
-        from .distributed.launch import launch_local
-
-        return launch_local(args.nproc, _without_nproc(sys.argv[2:] if args.argv is None else args.argv[1:]))
-    console = Console(quiet=args.quiet, verbose=args.verbose)
-    config_path = Path(args.config)
-    if args.resume not in (None, "latest") and "=" in args.resume and not Path(args.resume).exists():
-        args.overrides.insert(0, args.resume)  # `--resume key=value`: an override, not a path
-        args.resume = "latest"
-    if args.viewer is not None and not args.viewer.isdigit():
-        if "=" not in args.viewer:
-            raise UserError(f"--viewer {args.viewer!r}: give a port number (or nothing for 8080)")
-        args.overrides.insert(0, args.viewer)  # `--viewer key=value`: an override, not a port
-        args.viewer = "8080"
-    viewer = [] if args.viewer is None else [f"default_hooks.viewer.port={args.viewer}"]
-    cfg = load_config(config_path, [*args.overrides, *viewer])
-    with _naming_config(config_path):  # what fails while plugins are built names the config too
-        trainer = TRAINERS.get(cfg.trainer.type)(cfg, console=console, config_dir=config_path.parent)
-    trainer.resume_hint = shlex.join(["splattrain", "fit", "--config", str(config_path), *args.overrides, "--resume"])
-    if args.dry_run:
-        if not trainer.is_main:
-            return 0
-        console.table("hooks", ["point", "hooks (priority)"], [[p, ", ".join(n)] for p, n in trainer.hooks.table()])
-        console.table("writers", ["type", "class", "options"], _writer_rows(cfg.writers))
-        console.print(escape(config_to_yaml(cfg)))
-        return 0
-    if args.overwrite and args.resume is not None:
-        raise UserError("--overwrite starts a new run; it cannot be combined with --resume")
-    if args.argv is None:  # a process of its own: the objects made so far live to the end, so the
-        import gc          # garbage collector need not walk them again during training
-
-        gc.freeze()
-    with _naming_config(config_path):
-        results = trainer.train(resume=args.resume, overwrite=args.overwrite)
-    if not trainer.is_main:
-        return 0  # rank 0 reports
-    shown = "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in results.items() if k != "per_view")
-    console.open_log(trainer.run_dir / "log.txt")  # the trainer closed it; the last line belongs there too
-    console.print(f"done: {shown}  ->  {trainer.run_dir / 'results.json'}")
-    console.close()
-    return 0
-
-
-@contextlib.contextmanager
-def _naming_config(path: Path) -> Iterator[None]:
-    """A ConfigError raised inside names the config file first, as load_config's errors do."""
-    from .errors import ConfigError
-
-    try:
-        yield
-    except ConfigError as err:
-        if str(err).startswith(str(path)):
-            raise
-        raise ConfigError(f"{path}: {err}") from None
-
-
-def _without_nproc(argv: List[str]) -> List[str]:
-    """``fit``'s arguments without ``--nproc N`` / ``--nproc=N`` (each rank runs a plain fit)."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == "--nproc":
-            skip = True
-        elif not arg.startswith("--nproc="):
-            out.append(arg)
-    return out
-
-
-def _writer_rows(specs: List[Any]) -> List[List[str]]:
-    """One row per writer entry, each checked (type, options, optional package) without building it."""
-    from rich.markup import escape
-
-    from .writers import check_writer_spec
-
-    rows = []
-    for index, spec in enumerate(specs):
-        cls = check_writer_spec(spec, f"writers[{index}]")
-        options = ", ".join(f"{k}={v}" for k, v in spec.items() if k != "type")
-        rows.append([escape(str(spec["type"])), cls.__name__, escape(options)])
-    return rows
+    return fit(args)
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -289,10 +208,18 @@ def _process(args: argparse.Namespace) -> int:
     return 0
 
 
+def _download_weights(args: argparse.Namespace) -> int:
+    from .commands.download_weights import download_weights
+    from .console import Console
+
+    download_weights(Console(), args.what, net=args.net, folder=args.folder)
+    return 0
+
+
 def _schedule(args: argparse.Namespace) -> int:
     from .commands.schedule import show_schedule
-    from .config import load_config
     from .console import Console
+    from .engine import load_config
 
     show_schedule(load_config(Path(args.config), args.overrides), Console(), out=args.out)
     return 0
@@ -305,9 +232,7 @@ def _list(args: argparse.Namespace) -> int:
 
     if args.config:  # the config's imports: may register more: import everything
         from . import registry
-        from .config import load_config
-
-        import splattrain.engine  # noqa: F401  (registers the built-in trainer)
+        from .engine import load_config  # imports every built-in plugin
 
         load_config(Path(args.config))
         described = getattr(registry, _REGISTRIES[args.what]).describe()
@@ -379,7 +304,7 @@ def _run_command(argv: Optional[List[str]]) -> int:
 
             atexit.register(gc.freeze)
         commands = {"fit": _fit, "eval": _eval, "render": _render, "export": _export, "schedule": _schedule,
-                    "view": _view, "list": _list, "process": _process}
+                    "view": _view, "list": _list, "process": _process, "download-weights": _download_weights}
         code = commands[args.command](args)
         check()  # a signal that arrived during the command's last stretch still stops it
         return code

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
-from typing import IO, Any, Dict, List, Mapping, Optional, Set
+from typing import IO, Any, Callable, Dict, Iterator, List, Mapping, Optional, Set
 
 from rich.console import Console as RichConsole
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+                           TransferSpeedColumn)
 from rich.table import Table
+from rich.text import Text
 
 from .files import open_append
 
@@ -49,7 +52,8 @@ class Console:
 
     def hold_log(self) -> None:
         """Keep what is logged from now until :meth:`open_log` (which writes it first)."""
-        self._held = []
+        if self._held is None and self._log is None:
+            self._held = []
 
     def close(self) -> None:
         """Stop writing to log.txt."""
@@ -81,13 +85,13 @@ class Console:
         elif self._held is not None:
             self._held.append(objects)
 
-    def info(self, message: str) -> None:
-        """A plain line."""
-        self.print(message)
+    def info(self, message: str, markup: bool = False) -> None:
+        """A line, printed as given; with ``markup`` its rich markup (``[bold]...[/bold]``) is applied."""
+        self.print(message if markup else Text(message))
 
-    def debug(self, message: str) -> None:
-        """A line shown only with ``--verbose`` (always logged)."""
-        self.print(message, terminal=self.verbose)
+    def debug(self, message: str, markup: bool = False) -> None:
+        """A line shown only with ``--verbose`` (always logged); ``markup`` as in :meth:`info`."""
+        self.print(message if markup else Text(message), terminal=self.verbose)
 
     def warning(self, message: str, once: Optional[str] = None) -> None:
         """A warning, shown even when quiet; with ``once`` set, only the first with that key.
@@ -100,6 +104,22 @@ class Console:
             self._warned.add(once)
         self.terminal.print(f"[yellow]warning:[/yellow] {escape(message)}")
         self.log(f"warning: {escape(message)}")
+
+    @contextlib.contextmanager
+    def transfer(self, description: str, total: Optional[int]) -> Iterator[Callable[[int], None]]:
+        """Show a download of ``total`` bytes (None: unknown) while the block runs; yields a callable
+        taking the bytes received since its last call. An interactive terminal shows a bar with
+        size, speed and time left; otherwise (and in log.txt) one line before and one after."""
+        size = "" if not total else f" ({total / 2**20:,.1f} MiB)" if total >= 2**20 else f" ({total / 2**10:,.1f} KiB)"
+        self.info(f"downloading {description}{size}")
+        if not self.is_tty or self.quiet:
+            yield lambda received: None
+        else:
+            columns = (TextColumn("  "), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+            with Progress(*columns, console=self.terminal, transient=True) as progress:
+                task = progress.add_task("download", total=total)
+                yield lambda received: progress.advance(task, received)
+        self.info(f"downloaded {description}")
 
     def table(self, title: str, columns: List[str], rows: List[List[str]], terminal: bool = True) -> None:
         """A simple table (on the terminal only when ``terminal``; always logged)."""
@@ -236,9 +256,15 @@ class ProgressLogger:
                 self._task, completed=step, rate=f"{self.rate(step):.1f} it/s", status=format_fields(fields)
             )
             if due:
-                self.console.log(self.line(step, fields))
+                self.console.log(Text(self.line(step, fields)))
         elif due:
-            self.console.print(self.line(step, fields))
+            self.console.info(self.line(step, fields))
+
+    def refresh(self, step: int, fields: Dict[str, Any]) -> None:
+        """Show new ``fields`` on the bar at ``step`` (nothing printed or logged: a new validation
+        result after the step's line)."""
+        if self._progress is not None:
+            self._progress.update(self._task, completed=step, status=format_fields(fields))
 
     def line(self, step: int, fields: Mapping[str, Any]) -> str:
         """The plain progress line for ``step``."""

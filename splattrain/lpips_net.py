@@ -3,17 +3,16 @@
 The network is small: the ReLU outputs of AlexNet's or VGG16's convolutional features,
 each unit-normalised over channels, squared differences weighted by learned 1x1 linear
 layers, averaged over space and summed over layers. The backbone weights are read from
-torchvision's state-dict file (``features.*`` keys) and the linear layers from the ``lpips``
-package's own weight files (``lin{k}.model.1.weight``), both with ``weights_only=True``.
-Nothing is ever downloaded.
+torchvision's state-dict file (``features.*`` keys) and the linear layers from the LPIPS
+v0.1 weight files (``lin{k}.model.1.weight``), both with ``weights_only=True``; where those
+files come from is :mod:`splattrain.lpips_files`'s job.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -26,14 +25,13 @@ SCALE = (0.458, 0.448, 0.450)
 
 @dataclass(frozen=True)
 class Backbone:
-    """One backbone: torchvision's file name and its feature layers, cut where LPIPS taps them.
+    """One backbone: its feature layers in torchvision's layout, cut where LPIPS taps them.
 
     ``layers`` lists ``("conv", index, in, out, kernel, stride, padding)``, ``("relu",)`` and
     ``("pool",)`` in torchvision's ``features`` order; ``taps`` are the indices after which a
     feature map is taken (the ReLU outputs the lpips package slices at).
     """
 
-    weights_file: str
     layers: Tuple[tuple, ...]
     taps: Tuple[int, ...]
 
@@ -63,7 +61,6 @@ def _vgg16_layers() -> Tuple[tuple, ...]:
 
 BACKBONES: Dict[str, Backbone] = {
     "alex": Backbone(
-        "alexnet-owt-7be5be79.pth",
         (
             ("conv", 0, 3, 64, 11, 4, 2), ("relu",), ("pool", 3, 2),
             ("conv", 3, 64, 192, 5, 1, 2), ("relu",), ("pool", 3, 2),
@@ -73,7 +70,7 @@ BACKBONES: Dict[str, Backbone] = {
         ),
         (1, 4, 7, 9, 11),
     ),
-    "vgg": Backbone("vgg16-397923af.pth", _vgg16_layers(), (3, 8, 15, 22, 29)),
+    "vgg": Backbone(_vgg16_layers(), (3, 8, 15, 22, 29)),
 }
 
 
@@ -130,50 +127,8 @@ class LPIPSNet(nn.Module):
             lin.weight.copy_(state[f"lin{k}.model.1.weight"])
 
 
-def lpips_package_weights_dir() -> Optional[Path]:
-    """The installed lpips package's ``weights/v0.1`` folder, found without importing the package."""
-    try:
-        spec = importlib.util.find_spec("lpips")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0]) / "weights" / "v0.1"
-
-
-def weight_candidates(net: str, folder: Optional[str | Path] = None) -> Tuple[List[Path], List[Path]]:
-    """Where the backbone file and the linear-layer file are looked for, in order."""
-    backbone = BACKBONES[net].weights_file
-    first = [Path(folder).expanduser()] if folder else []
-    backbones = [d / backbone for d in first] + [Path(torch.hub.get_dir()) / "checkpoints" / backbone]
-    linears = [d / f"{net}.pth" for d in first]
-    package = lpips_package_weights_dir()
-    if package is not None:
-        linears.append(package / f"{net}.pth")
-    return backbones, linears
-
-
-def _first(paths: Sequence[Path]) -> Optional[Path]:
-    return next((path for path in paths if path.is_file()), None)
-
-
-def build_lpips(net: str = "alex", folder: Optional[str | Path] = None) -> Tuple[Optional[LPIPSNet], str]:
-    """(the network, "") when its weight files are found, else (None, why, naming the files looked for)."""
-    if net not in BACKBONES:
-        return None, f"unknown LPIPS network {net!r} (use one of {', '.join(BACKBONES)})"
-    backbones, linears = weight_candidates(net, folder)
-    backbone, linear = _first(backbones), _first(linears)
-    missing = []
-    if backbone is None:
-        missing.append(f"torchvision's {BACKBONES[net].weights_file} (looked in {', '.join(map(str, backbones))})")
-    if linear is None:
-        looked = ", ".join(map(str, linears)) or "no metrics.lpips_weights folder and no installed lpips package"
-        missing.append(f"the lpips package's {net}.pth (looked in {looked})")
-    if missing:
-        return None, (
-            "missing " + " and ".join(missing) + "; splattrain never downloads them: put both files in one folder "
-            "and set metrics.lpips_weights to it (see README, LPIPS)"
-        )
+def load_lpips(net: str, backbone: Path, linear: Path) -> Tuple[Optional[LPIPSNet], str]:
+    """(the network with the weights of the two files, "") or (None, why they do not fit it)."""
     model = LPIPSNet(net)
     try:
         model.load_backbone(torch.load(backbone, map_location="cpu", weights_only=True))

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
+from .download import Progress
+from .errors import ConfigError
 from .losses import masked_ssim, ssim_nhwc
-from .lpips_net import build_lpips
+from .lpips_files import build_lpips
 
 
 def psnr(pred: Tensor, target: Tensor, mask: Optional[Tensor] = None) -> float:
@@ -39,14 +41,16 @@ def color_correct(pred: Tensor, target: Tensor, mask: Optional[Tensor] = None) -
 
 
 class LPIPSMetric:
-    """LPIPS computed by splattrain's own network (torch only), when its weight files are on disk.
+    """LPIPS computed by splattrain's own network (torch only) once its two weight files are found,
+    or (with ``download``) fetched and verified (:mod:`splattrain.lpips_files`).
 
-    It never downloads anything: when a weight file is missing, ``available`` is False and
-    ``reason`` names the files looked for and where to put them.
+    When they cannot be had, ``available`` is False and ``reason`` says why in one line, naming
+    the files and where they go.
     """
 
-    def __init__(self, net: str = "alex", device: torch.device | str = "cpu", weights: Optional[str] = None) -> None:
-        model, self.reason = build_lpips(net, weights)
+    def __init__(self, net: str = "alex", device: torch.device | str = "cpu", weights: Optional[str] = None,
+                 download: bool = False, progress: Optional[Progress] = None) -> None:
+        model, self.reason = build_lpips(net, weights, download=download, progress=progress)
         self.model: Optional[torch.nn.Module] = model.to(device) if model is not None else None
 
     @property
@@ -64,15 +68,38 @@ class LPIPSMetric:
 
 
 class Evaluator:
-    """Scores rendered views against ground truth; warns once when LPIPS is unavailable."""
+    """Scores rendered views against ground truth; warns once when LPIPS is unavailable.
+
+    ``lpips_download`` fetches missing LPIPS weight files into torch's hub cache (``progress``
+    shows the transfer, e.g. ``Console.transfer``). ``required``: ``(who, metric)`` pairs checked
+    by :meth:`require` before anything is warned about.
+    """
 
     def __init__(
         self, lpips: bool, lpips_net: str, device: torch.device, warn: Callable[[str], None],
-        lpips_weights: Optional[str] = None,
+        lpips_weights: Optional[str] = None, lpips_download: bool = False, progress: Optional[Progress] = None,
+        required: Iterable[Tuple[str, str]] = (),
     ) -> None:
-        self.lpips = LPIPSMetric(lpips_net, device, lpips_weights) if lpips else None
+        self.lpips = LPIPSMetric(lpips_net, device, lpips_weights, lpips_download, progress) if lpips else None
+        self.require(required)
         if self.lpips is not None and not self.lpips.available:
             warn(f"LPIPS disabled, reported as null: {self.lpips.reason}")
+
+    def unavailable(self, metric: str) -> Optional[str]:
+        """Why ``metric`` can never be computed in this run (None when it is, or is not one of ours)."""
+        if metric != "lpips":
+            return None
+        if self.lpips is None:
+            return "metrics.lpips is false"
+        return None if self.lpips.available else self.lpips.reason
+
+    def require(self, needs: Iterable[Tuple[str, str]]) -> None:
+        """Refuse (ConfigError, one line) when a ``(who, metric)`` in ``needs`` names a metric this
+        evaluator can never compute."""
+        for who, metric in needs:
+            why = self.unavailable(metric)
+            if why is not None:
+                raise ConfigError(f"{who} needs the validation metric {metric!r}, which this run cannot compute: {why}")
 
     @torch.no_grad()
     def __call__(self, pred: Tensor, target: Tensor, mask: Optional[Tensor] = None) -> Dict[str, Optional[float]]:

@@ -4,7 +4,6 @@ loss terms, densification strategies, trainers) is registered here and built fro
 from __future__ import annotations
 
 import difflib
-import importlib
 import inspect
 import typing
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Type, TypeVar
@@ -38,25 +37,17 @@ class Registry:
     ... class MyHook: ...
     >>> HOOKS.build({"type": "MyHook"})
 
-    ``locations`` name the modules that register the built-in entries: they are imported on the
-    first lookup (not when the registry is created), so a command that needs no plugin never
-    imports them. A package may set how its config section is checked (:meth:`set_checker`).
+    A registry knows what was registered so far: the package that defines a kind's built-ins
+    registers them when it is imported, and whoever looks them up imports that package (the
+    engine imports every built-in package). A package may set how its config section is checked
+    (:meth:`set_checker`).
     """
 
-    def __init__(self, kind: str, locations: tuple[str, ...] = ()) -> None:
+    def __init__(self, kind: str) -> None:
         self.kind = kind
-        self.locations = locations
-        self._loaded = not locations
         self._checker: Optional[Callable[[Any, str], None]] = None
         self._entries: Dict[str, Callable[..., Any]] = {}
         self._aliases: Dict[str, list[str]] = {}
-
-    def _load(self) -> None:
-        """Import the declared locations once (their imports register the built-ins)."""
-        if not self._loaded:
-            self._loaded = True
-            for module in self.locations:
-                importlib.import_module(module)
 
     def set_checker(self, checker: Callable[[Any, str], None]) -> None:
         """How :meth:`check` checks this kind's config section (``checker(section, where)``);
@@ -66,7 +57,6 @@ class Registry:
     def check(self, spec: Any, where: str) -> None:
         """Refuse unknown types and options in the config section ``spec`` at key path ``where``
         with a ConfigError naming the key; builds nothing, so it has no side effects."""
-        self._load()
         if self._checker is not None:
             self._checker(spec, where)
             return
@@ -92,7 +82,6 @@ class Registry:
 
     def get(self, name: str) -> Callable[..., Any]:
         """The class registered as ``name``; a ConfigError naming close matches otherwise."""
-        self._load()
         try:
             return self._entries[name]
         except KeyError:
@@ -123,7 +112,6 @@ class Registry:
 
     def describe(self) -> Dict[str, str]:
         """Primary names with the first line of each docstring and their aliases."""
-        self._load()
         out = {}
         for key, aliases in sorted(self._aliases.items()):
             doc = inspect.getdoc(self._entries[key]) or ""
@@ -138,20 +126,16 @@ class Registry:
 
     def entries(self) -> list[tuple[str, Callable[..., Any]]]:
         """(primary name, class) in registration order."""
-        self._load()
         return [(name, self._entries[name]) for name in self._aliases]
 
     def __contains__(self, name: str) -> bool:
-        self._load()
         return name in self._entries
 
     def __iter__(self) -> Iterator[str]:
         """Primary names, sorted."""
-        self._load()
         return iter(sorted(self._aliases))
 
     def __len__(self) -> int:
-        self._load()
         return len(self._aliases)
 
 
@@ -235,12 +219,12 @@ def _type_name(annotation: Any) -> str:
     return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
 
 
-HOOKS = Registry("hook", ("splattrain.hooks", "splattrain.hooks.specs"))
-WRITERS = Registry("writer", ("splattrain.writers",))
-DATASETS = Registry("dataset", ("splattrain.data.loading",))
-RENDERERS = Registry("renderer", ("splattrain.render",))
-LOSSES = Registry("loss term", ("splattrain.losses",))
-STRATEGIES = Registry("strategy", ("splattrain.strategy",))
-TRAINERS = Registry("trainer", ("splattrain.engine",))
-APPEARANCE = Registry("appearance model", ("splattrain.view_opt",))
-POSE_OPT = Registry("pose refinement", ("splattrain.view_opt",))
+HOOKS = Registry("hook")
+WRITERS = Registry("writer")
+DATASETS = Registry("dataset")
+RENDERERS = Registry("renderer")
+LOSSES = Registry("loss term")
+STRATEGIES = Registry("strategy")
+TRAINERS = Registry("trainer")
+APPEARANCE = Registry("appearance model")
+POSE_OPT = Registry("pose refinement")

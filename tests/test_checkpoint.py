@@ -14,7 +14,7 @@ from splattrain.checkpoint import (
     save_checkpoint_file,
     step_checkpoints,
 )
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer
 

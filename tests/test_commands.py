@@ -14,7 +14,7 @@ from splattrain.checkpoint import load_checkpoint_file, save_checkpoint_file
 from splattrain.commands.evaluate import evaluate
 from splattrain.commands.export import export
 from splattrain.commands.render import render
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer
 from splattrain.io.ply import read_ply_gaussians

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.errors import ConfigError
 
 BASE = "name: t\ndata:\n  path: somewhere\n"

@@ -25,7 +25,8 @@ def make_console(tmp_path, tty: bool, **kwargs) -> tuple[Console, io.StringIO]:
 def run_progress(console: Console, total: int = 10, interval: int = 4) -> None:
     with ProgressLogger(console, total, interval=interval) as progress:
         for step in range(1, total + 1):
-            progress.update(step, {"loss": 0.5 / step, "gaussians": 1000 + step, "lr": 1.6e-4, "psnr": 20.0})
+            progress.update(step, {"ema_loss": 0.5 / step, "gaussians": 1000 + step, "lr/means": 1.6e-4,
+                                   "val psnr": "20.00 @4"})
 
 
 def test_non_tty_prints_plain_lines_every_interval_and_no_control_characters(tmp_path):
@@ -34,8 +35,8 @@ def test_non_tty_prints_plain_lines_every_interval_and_no_control_characters(tmp
     console.close()
     lines = out.getvalue().splitlines()
     assert [line.split("  ")[0] for line in lines] == ["step 4/10", "step 8/10", "step 10/10"]
-    assert "it/s" in lines[0] and "eta" in lines[0] and "loss 0.1250" in lines[0] and "gaussians 1004" in lines[0]
-    assert "lr 1.600e-04" in lines[0] and "psnr 20.0000" in lines[0]
+    assert "it/s" in lines[0] and "eta" in lines[0] and "ema_loss 0.1250" in lines[0] and "gaussians 1004" in lines[0]
+    assert "lr/means 1.600e-04" in lines[0] and "val psnr 20.00 @4" in lines[0]
     assert not CONTROL.search(out.getvalue())
     assert (tmp_path / "log.txt").read_text().splitlines() == lines
 
@@ -115,11 +116,55 @@ def test_fit_in_a_pipe_prints_header_periodic_lines_report_and_no_control_charac
     assert not CONTROL.search(out), repr(out)
     assert re.search(r"scene tiny .* 48 train / 10 test views, 32x32", out)
     assert re.search(r"device cpu  renderer \w+ .* gaussians 300  steps 6", out)
-    assert re.findall(r"^step (\d)/6  [\d.]+ it/s  eta [\d:]+  loss [\d.]+  gaussians 300  lr ", out, re.M) == ["2", "4", "6"]
+    assert re.findall(r"^step (\d)/6  [\d.]+ it/s  eta [\d:]+  ema_loss [\d.]+  gaussians 300  lr/means ", out, re.M) == \
+        ["2", "4", "6"]
     assert "validation at step 6 (worst view first)" in out and "│ mean " in out
     assert "hooks (priority)" not in out  # the hook table is for --verbose and log.txt
     log = (tmp_path / "run" / "log.txt").read_text()
     assert not CONTROL.search(log)
     for fragment in ["scene tiny", "hooks (priority)", "step 4/6", "validation at step 6", "done: psnr"]:
         assert fragment in log, fragment
+    assert " lpips null " in out.splitlines()[-1] and "None" not in out.splitlines()[-1]
     assert out.strip().splitlines()[-1] == log.strip().splitlines()[-1]  # the final line is logged too
+
+
+def test_info_prints_text_as_given_and_markup_only_when_asked(tmp_path):
+    console, out = make_console(tmp_path, tty=False)
+    console.info("[plateau] x")
+    console.info("[bold]header[/bold] :smile:", markup=True)
+    console.debug("[dim]not shown[/dim]")
+    console.close()
+    assert out.getvalue().splitlines() == ["[plateau] x", "header 😄"]
+    assert (tmp_path / "log.txt").read_text().splitlines() == ["[plateau] x", "header 😄", "[dim]not shown[/dim]"]
+
+
+def test_a_hooks_line_and_the_final_validation_reach_the_bar_and_the_log(tmp_path):
+    from splattrain.engine import load_config
+    from splattrain.engine import DefaultTrainer
+    from splattrain.hooks import Hook
+
+    class Plateau(Hook):
+        def after_val(self, trainer, metrics):
+            trainer.console.info(f"[plateau] psnr {metrics['psnr']:.2f} at step {metrics['step']}")
+
+    (tmp_path / "cfg.yaml").write_text(tiny_config_text(tmp_path, steps=6))
+    out = io.StringIO()
+    console = Console(terminal=RichConsole(file=out, force_terminal=True, width=200))
+    trainer = DefaultTrainer(load_config(tmp_path / "cfg.yaml", ["writers=[]", "default_hooks.checkpoint=null"]),
+                             console=console)
+    trainer.register_hook(Plateau())
+    trainer.train()
+    psnr = trainer.last_metrics["psnr"]
+    shown = out.getvalue()
+    assert f"[plateau] psnr {psnr:.2f} at step 6" in shown
+    assert f"val psnr {psnr:.2f} @6" in shown  # the bar, refreshed after the last validation
+    assert "ema_loss" in shown and "lr/means" in shown
+    assert f"[plateau] psnr {psnr:.2f} at step 6" in (tmp_path / "run" / "log.txt").read_text()
+
+
+def test_the_done_line_shows_null_and_mappings_plainly():
+    from splattrain.commands.fit import _shown
+
+    assert [_shown(v) for v in (None, 20.12346, 7, True)] == ["null", "20.1235", "7", "true"]
+    assert _shown({"step": 4, "reason": "early stopping: psnr flat", "extra": None}) == \
+        "(step 4, reason early stopping: psnr flat, extra null)"

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from conftest import REPO, tiny_config_text
 from splattrain.cameras import Camera
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer
 from splattrain.errors import ConfigError

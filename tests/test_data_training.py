@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 
 from conftest import REPO
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer
 from test_colmap import SIZE, make_colmap

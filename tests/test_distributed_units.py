@@ -16,7 +16,8 @@ from splattrain.data.loading import load_scene
 from splattrain.data.pipeline import DataPipeline
 from splattrain.distributed import DistContext
 from splattrain.distributed.sync import buckets, parameter_checksums, start_all_reduce
-from splattrain.hooks.dist_check import DistributedCheckHook, ReplicaDivergenceError
+from splattrain.engine.replicas import ReplicaDivergenceError, check_replicas
+from splattrain.view_opt import ViewCorrections
 from splattrain.strategy.default import DefaultStrategy
 from splattrain.strategy.mcmc import MCMCStrategy
 
@@ -63,7 +64,7 @@ def test_global_view_order_is_the_same_whatever_the_world_size(tiny_scene_cfg):
 @pytest.fixture
 def tiny_scene_cfg(tmp_path):
     from conftest import tiny_config_text
-    from splattrain.config import load_config
+    from splattrain.engine import load_config
 
     (tmp_path / "cfg.yaml").write_text(tiny_config_text(tmp_path))
     return load_config(tmp_path / "cfg.yaml")
@@ -194,25 +195,17 @@ def test_mcmc_relocation_draws_the_same_on_every_rank(two_ranks):
     assert n0 == n1 > 200 and sums0 == sums1
 
 
-class _Model:
-    def __init__(self, rank):
-        self.params = {"means": torch.zeros(4, 3), "opacities": torch.zeros(4) + (1e-3 if rank == 1 else 0.0)}
-
-
-class _Trainer:
-    def __init__(self, ctx):
-        self.dist, self.model, self.step = ctx, _Model(ctx.rank), 7
-
-
 def _check(ctx):
+    params = {"means": torch.zeros(4, 3), "opacities": torch.zeros(4) + (1e-3 if ctx.rank == 1 else 0.0)}
+    no_corrections = ViewCorrections({"type": "none"}, {"type": "none"}, 4, torch.device("cpu"), None, 10)
     try:
-        DistributedCheckHook().check(_Trainer(ctx), "after step 7")
+        check_replicas(ctx, params, no_corrections, "after step 7")
     except ReplicaDivergenceError as error:
         return str(error)
     return "no error"
 
 
-def test_check_hook_names_the_first_diverged_parameter(two_ranks):
+def test_replica_check_names_the_first_diverged_parameter(two_ranks):
     for message in two_ranks["check"]:
         assert "parameter 'opacities' differs from rank 0's on rank(s) 1" in message
         assert "after step 7" in message
@@ -224,10 +217,10 @@ def _memory_readings(ctx):
 
 
 def test_a_stop_signal_on_one_rank_stops_both_even_beside_a_snapshot_on_the_other(two_ranks):
-    for signum, checkpoint, said in two_ranks["signals"]:
-        assert (signum, checkpoint) == (signal.SIGINT, None)
-        assert said == ["SIGINT received: the run stops after step 7 without a checkpoint "
-                        "(no AutoCheckpointHook saves on SIGINT)"]
+    for stop, snapshot, said in two_ranks["signals"]:
+        assert (stop, snapshot) == (signal.SIGINT, True)
+        assert said == ("warning", "SIGINT received: the run stops after step 7 without a checkpoint "
+                        "(no AutoCheckpointHook saves on SIGINT)")
 
 
 def test_memory_readings_are_the_largest_over_the_ranks(two_ranks):
@@ -243,20 +236,14 @@ def _signals(ctx):
     from splattrain import interrupts
     from splattrain.engine import signals
 
-    said = []
-    trainer = SimpleNamespace(dist=ctx, hooks=SimpleNamespace(hooks=[]), step=7, resume_hint="-",
-                              console=SimpleNamespace(info=said.append, warning=said.append))
     param = torch.nn.Parameter(torch.zeros(2))
     param.grad = torch.ones(2)
     with interrupts.during_run():
         os.kill(os.getpid(), signal.SIGUSR1 if ctx.rank == 0 else signal.SIGINT)
-        signals.before_exchange(trainer)
+        signals.before_exchange(ctx)
         ctx.sync_gradients({"p": torch.optim.Adam([param])}, {"loss": torch.tensor(1.0)})
-        try:
-            signals.after_step(trainer)
-        except interrupts.RunInterrupted as stopped:
-            return stopped.signum, stopped.checkpoint, said
-    return None
+        stop, snapshot = signals.after_step(ctx)
+    return stop, snapshot, signals.describe(stop, True, 7, None, False, "-")
 
 
 def _everything(ctx):
@@ -279,7 +266,7 @@ def test_nproc_shorthand_starts_ranks_and_passes_user_errors_through(tmp_path):
     import sys
 
     from dist_launch import environment, write_config
-    from splattrain.cli import _without_nproc
+    from splattrain.commands.fit import _without_nproc
 
     assert _without_nproc(["--nproc", "2", "--config", "x.yaml", "--nproc=3", "a=1"]) == ["--config", "x.yaml", "a=1"]
     config = write_config(tmp_path)
@@ -296,7 +283,7 @@ def test_nproc_shorthand_starts_ranks_and_passes_user_errors_through(tmp_path):
 
 def test_resuming_with_another_global_batch_warns(tmp_path):
     from conftest import tiny_config_text
-    from splattrain.config import load_config
+    from splattrain.engine import load_config
     from splattrain.console import Console
     from splattrain.engine import DefaultTrainer
 

@@ -18,12 +18,9 @@ from splattrain.optim import build_optimizers
 from splattrain.render import TorchRenderer
 from splattrain.strategy import build_strategy
 
-NO_EVENTS = SimpleNamespace(add_reindex_listener=lambda listener: None)
-
-
 def scalar_trainer(value: float):
     params = torch.nn.ParameterDict({"means": torch.nn.Parameter(torch.full((2, 3), value))})
-    return SimpleNamespace(model=SimpleNamespace(params=params), strategy=NO_EVENTS, step=0)
+    return SimpleNamespace(model=SimpleNamespace(params=params), on_gaussians_moved=lambda listener: None, step=0)
 
 
 def run_values(hook: EMAHook, values):
@@ -74,7 +71,7 @@ def densification_setup():
     state = strategy.initialize_state(scene_scale=1.0)
     state["grad2d"] = torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
     state["count"] = torch.ones(n)
-    trainer = SimpleNamespace(model=model, strategy=strategy, step=0)
+    trainer = SimpleNamespace(model=model, strategy=strategy, on_gaussians_moved=strategy.add_reindex_listener, step=0)
     return trainer, optimizers, state
 
 

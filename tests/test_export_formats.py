@@ -15,7 +15,7 @@ import torch
 from conftest import tiny_config_text
 from splattrain.commands.export import export
 from splattrain.commands.snapshot import load_snapshot
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer
 from splattrain.errors import DataError, UserError

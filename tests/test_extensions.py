@@ -6,7 +6,7 @@ import csv
 
 from conftest import REPO, tiny_config_text
 from splattrain import WRITERS, Writer
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer
 

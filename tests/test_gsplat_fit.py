@@ -91,7 +91,7 @@ def test_sparse_grad_fit_matches_packed(tmp_path):
 
 def test_the_shipped_gsplat_config_loads():
     from conftest import REPO
-    from splattrain.config import load_config
+    from splattrain.engine import load_config
 
     cfg = load_config(REPO / "configs" / "demo_gsplat.yaml")
     assert cfg.renderer.type == "gsplat" and cfg.renderer.packed and cfg.strategy.absgrad

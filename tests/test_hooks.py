@@ -168,3 +168,27 @@ def test_two_instances_keep_their_own_checkpoint_state(tmp_path):
     resumed.train(resume=tmp_path / "run" / "ckpt" / "last.pt")
     counters = [h for h in resumed.hooks.hooks if isinstance(h, _Counter)]
     assert [c.count for c in counters] == [13, 103]
+
+
+def test_hook_timing_modes_and_the_values_of_older_configs():
+    from splattrain.hooks.dispatch import timing_mode
+
+    assert [timing_mode(v) for v in ("auto", "Summary", "off", True, False, "True", "false")] == \
+        ["auto", "summary", "off", "summary", "off", "summary", "off"]
+    with pytest.raises(ConfigError, match="trainer.hook_timing must be auto, summary or off, got 'sometimes'"):
+        timing_mode("sometimes")
+    assert HookDispatcher("off").timing is False and HookDispatcher().timing_mode == "auto"
+
+
+def test_auto_reports_hook_timing_only_when_hooks_take_a_share_of_the_steps():
+    from splattrain.hooks.dispatch import SLOW_HOOKS_SHARE
+
+    auto, summary, off = HookDispatcher("auto"), HookDispatcher("summary"), HookDispatcher("off")
+    for dispatcher in (auto, summary, off):
+        assert not dispatcher.timing_report_due(10.0)  # nothing timed yet
+        dispatcher.seconds[("LogHook", "after_train_iter")] = 0.4
+        dispatcher.seconds[("LogHook", "after_val")] = 5.0  # validation is not part of the steps' time
+    assert auto.step_share(10.0) == pytest.approx(0.04) and 0.04 < SLOW_HOOKS_SHARE
+    assert not auto.timing_report_due(10.0) and summary.timing_report_due(10.0) and not off.timing_report_due(10.0)
+    auto.seconds[("Slow", "before_train_iter")] = 0.2
+    assert auto.timing_report_due(10.0)

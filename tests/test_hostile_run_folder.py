@@ -106,7 +106,7 @@ def test_a_checkpoint_folder_in_use_by_another_run_is_refused(tmp_path):
     lock = RunLock(shared).acquire()  # another process's run writing its checkpoints there
     try:
         config = write_config(tmp_path, tmp_path / "b")
-        result = run_cli("fit", "--config", str(config), f"default_hooks.checkpoint.out_dir={shared}")
+        result = run_cli("fit", "--config", str(config), f"checkpoint_dir={shared}")
         assert_one_line_error(result, "checkpoint folder", str(shared), f"process {os.getpid()}")
     finally:
         lock.release()

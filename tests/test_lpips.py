@@ -1,4 +1,5 @@
-"""splattrain's own LPIPS network: layers, scaling, averaging, weight look-up, never downloading."""
+"""splattrain's own LPIPS network: layers, scaling, averaging, weight look-up (downloads:
+tests/test_lpips_download.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from lpips_weights import FILES, LINEAR_CHANNELS, TORCHVISION_CONVS, backbone_state, linear_state, write_weights
-from splattrain import lpips_net
-from splattrain.lpips_net import LPIPSNet, build_lpips, lpips_package_weights_dir
+from splattrain import lpips_files
+from splattrain.lpips_files import build_lpips, lpips_package_weights_dir
+from splattrain.lpips_net import LPIPSNet
 from splattrain.metrics import Evaluator
 
 #: Where each backbone's feature maps are taken: torchvision ``features`` index of the tapped ReLU.
@@ -59,7 +61,7 @@ def images(n=2, size=64, seed=3):
 @pytest.fixture
 def no_package(monkeypatch, tmp_path):
     """No lpips package and an empty hub cache: only metrics.lpips_weights can supply files."""
-    monkeypatch.setattr(lpips_net, "lpips_package_weights_dir", lambda: None)
+    monkeypatch.setattr(lpips_files, "lpips_package_weights_dir", lambda: None)
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "hub"))
 
 
@@ -122,7 +124,8 @@ def test_missing_files_warn_once_naming_them(tmp_path, no_package):
     scores = [evaluator(x, y) for _ in range(3)]
     assert all(s["lpips"] is None for s in scores) and len(warnings) == 1
     assert "alexnet-owt-7be5be79.pth" in warnings[0] and "alex.pth" in warnings[0]
-    assert str(tmp_path / "hub" / "checkpoints") in warnings[0] and "metrics.lpips_weights" in warnings[0]
+    assert str(tmp_path / "hub" / "checkpoints") in warnings[0] and str(tmp_path / "hub" / "checkpoints" / "lpips_v0.1") in warnings[0]
+    assert "splattrain download-weights lpips" in warnings[0]
     write_weights(tmp_path / "half", backbone=True, linear=False)
     model, reason = build_lpips("alex", tmp_path / "half")
     assert model is None and "alex.pth" in reason and "alexnet-owt" not in reason.split(" and ")[0]
@@ -136,6 +139,16 @@ def test_wrong_files_are_reported_not_raised(tmp_path, no_package):
     assert model is None and "do not fit" in reason
     (folder / FILES["alex"]).write_bytes(b"not a checkpoint")
     assert build_lpips("alex", folder)[0] is None
+
+
+def test_linear_layers_from_the_hub_cache_folder_of_their_own(tmp_path, no_package):
+    """Downloaded linear layers live in <hub>/checkpoints/lpips_v0.1, apart from other tools' alex.pth."""
+    hub = tmp_path / "hub" / "checkpoints"
+    write_weights(hub, linear=False)
+    torch.save(linear_state("vgg"), hub / "alex.pth")  # another tool's file of that name is not read
+    write_weights(hub / "lpips_v0.1", backbone=False)
+    model, reason = build_lpips("alex")
+    assert model is not None, reason
 
 
 def test_backbone_from_hub_cache_and_linear_layers_from_the_package_folder(tmp_path, monkeypatch):

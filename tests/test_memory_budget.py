@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import tiny_config_text
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer
 from splattrain.hooks import Hook, MemoryBudgetHook
@@ -197,7 +197,7 @@ def test_a_strategy_without_a_cap_is_refused(tmp_path):
     cfg.write_text(tiny_config_text(tmp_path, steps=2, extra="strategy:\n  type: no_cap_for_test\nwriters: []\n"
                                     "custom_hooks:\n  - {type: MemoryBudgetHook, max_memory: 4.0}\n"))
     trainer = DefaultTrainer(load_config(cfg), console=Console(quiet=True))
-    with pytest.raises(ConfigError, match="strategy NoCap has none"):
+    with pytest.raises(ConfigError, match="strategy NoCap cannot cap the number of Gaussians"):
         trainer.train()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from conftest import tiny_config_text
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer
 

@@ -12,7 +12,7 @@ from PIL import Image
 from conftest import DEMO
 from splattrain.cli import main
 from splattrain.commands.schedule import schedule_table
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.config.schema import OptimConfig
 from splattrain.errors import ConfigError
 from splattrain.model.gaussians import GaussianModel, degree_for_step

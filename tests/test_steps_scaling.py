@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,10 +11,12 @@ import torch
 from omegaconf import OmegaConf
 
 from conftest import REPO
-from splattrain.config import config_to_yaml, load_config
-from splattrain.config.steps import check_schedule
+from splattrain.config import config_to_yaml
+from splattrain.engine import load_config, load_run_config
+from splattrain.engine.step_scaling import check_schedule
 from splattrain.errors import ConfigError
 from splattrain.registry import STRATEGIES
+from splattrain.steps import Steps
 from splattrain.strategy import build_strategy
 from splattrain.strategy.default import DefaultStrategy
 from test_cli import assert_one_line_error, run_cli
@@ -21,16 +24,48 @@ from test_cli import assert_one_line_error, run_cli
 DEMO = REPO / "configs" / "demo.yaml"
 
 
-def test_steps_scaler_scales_every_step_setting() -> None:
-    cfg = load_config(DEMO, ["trainer.steps_scaler=0.5", "optim.schedules.scales.type=step",
-                             "optim.schedules.scales.milestones=[600,1200]"])
+def test_steps_scaler_scales_every_step_setting(tmp_path: Path) -> None:
+    config = tmp_path / "scaled.yaml"  # the settings in a file: they follow the scaler (overrides do not)
+    text = DEMO.read_text().replace("path: data/demo", f"path: {REPO / 'data' / 'demo'}")
+    config.write_text(text.replace("optim:\n", "optim:\n  schedules:\n    scales: {type: step, milestones: [600, 1200]}\n"))
+    cfg = load_config(config, ["trainer.steps_scaler=0.5"])
     assert cfg.trainer.max_steps == 1000
     s = cfg.strategy
     assert (s.refine_start_iter, s.refine_stop_iter, s.refine_every, s.reset_every) == (100, 750, 50, 500)
-    assert s.pause_refine_after_reset == 0 and s.refine_scale2d_stop_iter == 0  # zero stays off
+    assert s.get("pause_refine_after_reset", 0) == 0 and s.get("refine_scale2d_stop_iter", 0) == 0  # zero stays off
     assert cfg.model.sh_degree_interval == 250 and cfg.trainer.val_interval == 200
     assert list(cfg.optim.schedules.scales.milestones) == [300, 600]
+    assert cfg.default_hooks.checkpoint.interval == 500 and cfg.default_hooks.logger.interval == 50  # hooks too
     assert cfg.trainer.steps_scaler == 1.0 and cfg.trainer.schedule_steps is None  # applied once
+
+
+def test_a_setting_given_on_the_command_line_is_never_scaled() -> None:
+    run = load_run_config(DEMO, ["trainer.max_steps=400", "trainer.val_interval=400",
+                                 "default_hooks.checkpoint.interval=1000", "strategy.refine_stop_iter=350"])
+    cfg = run.cfg
+    assert cfg.trainer.val_interval == 400 and cfg.default_hooks.checkpoint.interval == 1000
+    assert cfg.strategy.refine_stop_iter == 350 and cfg.strategy.reset_every == 200  # the file's 1000, scaled
+    assert "model.sh_degree_interval 100 (500 scaled by 400/2000)" in run.scaled
+    assert not any(line.startswith(("trainer.val_interval", "default_hooks.checkpoint", "strategy.refine_stop_iter"))
+                   for line in run.scaled)
+    plain = load_run_config(REPO / "configs" / "colmap.yaml", ["data.path=x", "trainer.schedule_steps=null",
+                                                               "trainer.max_steps=500"])
+    assert plain.scaled == () and plain.cfg.strategy.refine_stop_iter == 6000  # no schedule_steps: nothing scaled
+
+
+def test_the_scaled_settings_are_shown_and_an_explicit_interval_validates_once(tmp_path: Path) -> None:
+    overrides = ["trainer.max_steps=40", "trainer.val_interval=40", "data.downscale=4", "model.init.num_points=500",
+                 "metrics.lpips=false", f"output_dir={tmp_path / 'run'}"]
+    dry = run_cli("fit", "--config", str(DEMO), *overrides, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "scaled: model.sh_degree_interval 10 (500 scaled by 40/2000)" in dry.stdout
+    assert "val_interval" not in "".join(line for line in dry.stdout.splitlines() if line.startswith("scaled:"))
+    done = run_cli("fit", "--config", str(DEMO), *overrides, "--quiet")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows if any(key.startswith("val/") for key in row)] == [40]
+    assert "step settings scaled to the run: model.sh_degree_interval 10 (500 scaled by 40/2000)" in \
+        (tmp_path / "run" / "log.txt").read_text()
 
 
 def test_schedule_steps_makes_settings_follow_max_steps(tmp_path: Path) -> None:
@@ -49,9 +84,8 @@ def test_user_strategy_declares_its_step_options(tmp_path: Path) -> None:
     @STRATEGIES.register("test_stepped")
     @dataclass
     class Stepped(DefaultStrategy):
-        warm_steps: int = 400
+        warm_steps: Steps = 400
         threshold: float = 0.5
-        step_options = DefaultStrategy.step_options + ("warm_steps",)
 
     try:
         cfg = load_config(DEMO, ["strategy.type=test_stepped", "trainer.steps_scaler=0.25"])
@@ -59,6 +93,19 @@ def test_user_strategy_declares_its_step_options(tmp_path: Path) -> None:
         assert build_strategy(OmegaConf.to_container(cfg.strategy)).warm_steps == 100
     finally:
         STRATEGIES.unregister("test_stepped")
+
+
+def test_a_step_count_left_unmarked_is_refused_not_silently_unscaled() -> None:
+    @STRATEGIES.register("test_unmarked")
+    @dataclass
+    class Unmarked(DefaultStrategy):
+        warm_steps: int = 400
+
+    try:
+        with pytest.raises(ConfigError, match="warm_steps look like step counts; annotate each Steps"):
+            load_config(DEMO, ["strategy.type=test_unmarked", "trainer.max_steps=1000"])
+    finally:
+        STRATEGIES.unregister("test_unmarked")
 
 
 @pytest.mark.parametrize("max_steps, refused", [(1000, True), (2000, False), (1040, True), (1060, False)])

@@ -16,7 +16,7 @@ import torch
 from conftest import DEMO, tiny_config_text
 from splattrain.checkpoint import load_checkpoint_file
 from splattrain.cli import main
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.console import Console
 from splattrain.data.blender import load_blender
 from splattrain.engine import DefaultTrainer

@@ -22,7 +22,7 @@ from PIL import Image
 
 from browser import Browser, correlation, require_browser, wait_until
 from conftest import DEMO, REPO
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer
 from splattrain.hooks import Hook, ViewerHook

@@ -21,7 +21,7 @@ from rich.console import Console as RichConsole
 from conftest import REPO, tiny_config_text
 from splattrain import WRITERS, Writer
 from splattrain.cli import main
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer
 from splattrain.errors import ConfigError
@@ -321,3 +321,14 @@ def test_missing_dvclive_or_neptune_names_the_extra(monkeypatch, name, module):
     monkeypatch.setitem(sys.modules, module, None)
     with pytest.raises(ConfigError, match=rf"splattrain\[{name}\]"):
         check_writer_spec({"type": name})
+
+
+def test_a_writers_list_without_the_image_writer_is_named_in_the_header(tmp_path):
+    (tmp_path / "cfg.yaml").write_text(tiny_config_text(tmp_path, steps=2, extra="writers:\n  - type: jsonl\n"))
+    assert main(["fit", "--config", str(tmp_path / "cfg.yaml"), "--quiet"]) == 0
+    log = (tmp_path / "run" / "log.txt").read_text()
+    assert "no image writer, so validation images are not saved as PNGs" in log
+    assert not (tmp_path / "run" / "images").exists()
+    (tmp_path / "cfg.yaml").write_text(tiny_config_text(tmp_path, steps=2))  # the default list keeps them
+    assert main(["fit", "--config", str(tmp_path / "cfg.yaml"), "--quiet", "--overwrite"]) == 0
+    assert "no image writer" not in (tmp_path / "run" / "log.txt").read_text()

@@ -35,7 +35,8 @@ def evaluate(
     out_dir = Path(out) if out is not None else snapshot.run_dir / "eval" / f"step_{snapshot.step:06d}"
     cfg = snapshot.cfg
     evaluator = Evaluator(cfg.metrics.lpips if lpips is None else lpips, cfg.metrics.lpips_net, snapshot.device, console.warning,
-                          OmegaConf.select(cfg, "metrics.lpips_weights", default=None))
+                          OmegaConf.select(cfg, "metrics.lpips_weights", default=None),
+                          bool(OmegaConf.select(cfg, "metrics.lpips_download", default=True)), console.transfer)
     renderer = snapshot.renderer(log=console.info, warn=console.warning)
     pipeline = snapshot.views(split)
     per_view: List[Dict[str, Any]] = []

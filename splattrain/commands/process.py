@@ -96,7 +96,7 @@ def process(input_path: str, output_path: str, console: Console, sfm: SfmOptions
     if len(names) < MIN_REGISTERED:
         raise UserError(f"{src}: {len(names)} image(s); structure from motion needs at least {MIN_REGISTERED}")
     matcher = pick_matcher(sfm.matcher, kind)
-    console.info(f"{len(names)} images from {escape(str(src))}; {matcher} matching, {sfm.mapper} mapping, "
+    console.info(f"{len(names)} images from {src}; {matcher} matching, {sfm.mapper} mapping, "
                  f"{sfm.camera} camera ({sfm.camera_model})")
     db = work / "database.db"
     timings: Dict[str, float] = {}
@@ -160,8 +160,8 @@ def _print_summary(console: Console, summary: Dict[str, Any], out: Path) -> None
     if summary["left_out"]:
         console.table("images left out", ["image", "why"],
                       [[escape(name), why] for name, why in sorted(summary["left_out"].items())])
-    console.info(f"scene written to {escape(str(out))} ({', '.join(OUTPUTS)}); train it with:")
-    console.info(f"  splattrain fit --config configs/colmap.yaml data.path={escape(str(out))}")
+    console.info(f"scene written to {out} ({', '.join(OUTPUTS)}); train it with:")
+    console.info(f"  splattrain fit --config configs/colmap.yaml data.path={out}")
 
 
 def from_arguments(args: argparse.Namespace) -> Tuple[SfmOptions, FrameOptions]:

@@ -8,7 +8,7 @@ from typing import List, Optional, Tuple
 from omegaconf import DictConfig, OmegaConf
 from PIL import Image, ImageDraw
 
-from ..config.steps import check_schedule
+from ..engine.step_scaling import check_schedule
 from ..console import Console
 from ..errors import ConfigError
 from ..io.atomic import atomic_write_bytes

@@ -121,9 +121,9 @@ def view(target: str | Path, console: Console, port: int = 8080, host: str = "12
     """Serve the page until Ctrl-C; pages from ``allow_origins`` may connect besides the viewer's own.
     ``mesh``: a mesh PLY shown beside the scene (a checkbox hides it)."""
     from ..viewer.guard import check_allow_origins
-    from ..viewer.server import ViewerServer, check_port_free, wait_for
-    from ..viewer.service import ViewService
-    from ..viewer.session import add_scene_cameras, scene_markdown
+    from ..viewer.launch import open_viewer
+    from ..viewer.server import check_port_free, wait_for
+    from ..viewer.session import scene_markdown
 
     origins = check_allow_origins(allow_origins, "--allow-origin")
     check_port_free(host, port)
@@ -132,31 +132,27 @@ def view(target: str | Path, console: Console, port: int = 8080, host: str = "12
         if scene.mesh is not None:
             raise UserError(f"--mesh {mesh}: {target} is a mesh already")
         scene.mesh = read_mesh_ply(mesh)
-    server = ViewerServer(host, port, title=f"splattrain: {scene.name}", training=False, allow_origins=origins,
-                          warn=console.warning, renders=scene.model is not None)
+    if scene.model is not None:
+        shown = f"{scene.model.num_gaussians:,} Gaussians"
+    else:
+        shown = f"{len(scene.mesh.vertices):,} vertices, {len(scene.mesh.faces):,} triangles"  # type: ignore[union-attr]
+    viewer = open_viewer(console, scene.name, scene.renderer, scene.background, scene.png_dir, host, port,
+                         allow_origins=origins, train=scene.train, test=scene.test, scene_scale=scene.scene_scale,
+                         note=f"{scene.name}, {shown}; Ctrl-C stops; ")
     try:
-        service = None
-        if scene.model is not None and scene.renderer is not None:
-            service = ViewService(server, scene.renderer, scene.background, scene.png_dir, log=console.info)
         if scene.mesh is not None:
-            server.add_mesh(scene.mesh.vertices, scene.mesh.faces, scene.mesh.colors)
-        if scene.train or scene.test:
-            add_scene_cameras(server, scene.train, scene.test, scene.scene_scale, background=scene.background.tolist())
-        else:
+            viewer.server.add_mesh(scene.mesh.vertices, scene.mesh.faces, scene.mesh.colors)
+        if not (scene.train or scene.test):
             points = scene.model.params["means"] if scene.model is not None else scene.mesh.vertices  # type: ignore
-            server.set_initial_view(points_overview_pose(points), np.array([0.0, 0.0, 1.0]))
+            viewer.server.set_initial_view(points_overview_pose(points), np.array([0.0, 0.0, 1.0]))
         if scene.model is not None:
-            server.set_stats(scene_markdown(scene.name, scene.model.num_gaussians, scene.step))
-            shown = f"{scene.model.num_gaussians:,} Gaussians"
+            viewer.server.set_stats(scene_markdown(scene.name, scene.model.num_gaussians, scene.step))
         else:
-            shown = f"{len(scene.mesh.vertices):,} vertices, {len(scene.mesh.faces):,} triangles"  # type: ignore
-            server.set_stats(f"**{scene.name}**  \n{shown}")
-        console.info(f"viewer: [bold]{server.url}[/bold]  {scene.name}, {shown}  "
-                     f"(from another machine: ssh -L {server.port}:localhost:{server.port} <this host>); Ctrl-C stops")
+            viewer.server.set_stats(f"**{scene.name}**  \n{shown}")
         while True:
             interrupts.check()
-            if service is not None:
-                service.serve_waiting(scene.model, scene.sh_degree)  # type: ignore[arg-type]
-            wait_for(server.wake, 0.1)
+            if viewer.service is not None:
+                viewer.service.serve_waiting(scene.model, scene.sh_degree)  # type: ignore[arg-type]
+            wait_for(viewer.server.wake, 0.1)
     finally:
-        server.close()
+        viewer.close()

@@ -36,13 +36,37 @@ def import_user_modules(modules: List[str], config_dir: Path | None = None) -> L
     return loaded
 
 
-def _import_file(module: str, config_dir: Path | None) -> ModuleType:
+def resolved_imports(modules: List[str], config_dir: Path | None = None) -> List[str]:
+    """``modules`` as a run folder's config.yaml keeps them, found from any directory: a ``.py``
+    path, or a dotted name that only a file beside the config (or in the working directory)
+    provides, becomes that file's absolute path; installed modules keep their names."""
+    resolved = []
+    for module in map(str, modules):
+        if module.endswith(".py"):
+            path = _module_file(module, config_dir)
+            resolved.append(str(path) if path.is_file() else module)
+            continue
+        top = module.split(".")[0]
+        local = None if "." in module or top in sys.modules or _installed_spec(top) is not None else \
+            _local_spec(top, [d for d in (config_dir, Path.cwd()) if d is not None])
+        origin = getattr(local, "origin", None)
+        plain_file = origin is not None and Path(origin).suffix == ".py" and Path(origin).name != "__init__.py"
+        resolved.append(str(Path(origin).resolve()) if plain_file else module)
+    return resolved
+
+
+def _module_file(module: str, config_dir: Path | None) -> Path:
+    """The file a ``.py`` entry names: as given, else relative to the config's folder."""
     path = Path(module)
     if not path.is_absolute() and config_dir is not None and not path.exists():
         path = config_dir / path
+    return path.resolve() if path.is_file() else path
+
+
+def _import_file(module: str, config_dir: Path | None) -> ModuleType:
+    path = _module_file(module, config_dir)
     if not path.is_file():
         raise ConfigError(f"imports: file '{module}' not found")
-    path = path.resolve()
     name = f"splattrain_user_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
     if name in sys.modules:
         return sys.modules[name]

@@ -11,10 +11,8 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from .. import interrupts
 from ..errors import ConfigError
-from .plugins import check_plugin_sections
 from .schema import SplatConfig
-from .steps import apply_steps_scaling
-from .values import check_numbers, check_step_counts
+from .values import check_numbers
 
 _CHOICES = {
     "model.init.type": ("auto", "points", "random"),
@@ -159,33 +157,30 @@ def check_values(cfg: DictConfig, source: str) -> None:
             )
 
 
-def load_config(path: str | Path, overrides: Sequence[str] = (), check_plugins: bool = True) -> DictConfig:
+def read_config(path: str | Path, overrides: Sequence[str] = ()) -> DictConfig:
     """Read ``path``, merge it over the schema defaults, then apply ``key=value`` overrides.
 
     Raises ConfigError naming the file (or the override) and the key for unknown keys,
-    values of the wrong type, missing required keys and out-of-range values. With
-    ``check_plugins`` the modules in ``imports:`` are imported and every plugin section
-    (renderer, strategy, loss, data options, hooks) is checked against its class, and
-    ``trainer.steps_scaler`` / ``schedule_steps`` are applied (:mod:`splattrain.config.steps`).
+    values of the wrong type, missing required keys and out-of-range values. Plugin sections are
+    checked, and step settings scaled, by :func:`splattrain.engine.load_config`, which reads
+    configs through this.
     """
     path = Path(path)
     schema = OmegaConf.structured(SplatConfig)
     cfg = _merge(schema, _read_yaml(path), str(path))
     if overrides:
-        cfg = _merge(cfg, _parse_overrides(overrides), f"{path} (command-line overrides)")
+        cfg = merge_overrides(cfg, overrides, f"{path} (command-line overrides)")
     source = f"{path}" + (" + overrides" if overrides else "")
     _check_interpolations(cfg, source)
     check_values(cfg, source)
-    if check_plugins:
-        try:
-            check_plugin_sections(cfg, path.parent)
-            apply_steps_scaling(cfg)
-        except ConfigError as err:
-            raise ConfigError(f"{source}: {err}") from None
-        check_step_counts(cfg, f"{source} (after trainer.steps_scaler)")
     if cfg.output_dir is None:
         cfg.output_dir = str(Path("outputs") / cfg.name)
     return cfg
+
+
+def merge_overrides(cfg: DictConfig, overrides: Sequence[str], source: str) -> DictConfig:
+    """``cfg`` with the ``dotted.key=value`` items applied (ConfigError naming ``source`` and the key)."""
+    return _merge(cfg, _parse_overrides(overrides), source)
 
 
 def config_to_yaml(cfg: DictConfig) -> str:

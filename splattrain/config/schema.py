@@ -13,6 +13,10 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
+#: Field metadata of the step-valued keys: they follow trainer.schedule_steps and steps_scaler
+#: (splattrain.steps; the engine scales them).
+STEPS = {"steps": "steps"}
+
 
 @dataclass
 class TrainerConfig:
@@ -21,13 +25,17 @@ class TrainerConfig:
     max_steps: int = 7000
     steps_scaler: float = 1.0  # multiplies max_steps and every step-valued setting (gsplat's steps_scaler)
     schedule_steps: Optional[int] = None  # the run length the step settings are written for; they follow max_steps
-    val_interval: int = 1000  # validate every N steps (0: only at the last step)
-    val_begin: int = 0  # no periodic validation before this step
+    val_interval: int = field(default=1000, metadata=STEPS)  # validate every N steps (0: only at the last step)
+    val_begin: int = field(default=0, metadata=STEPS)  # no periodic validation before this step
     val_on_resume: bool = False  # validate once right after resuming from a checkpoint
-    hook_timing: bool = True  # time every hook at every point; a table at the end of the run
+    # auto: time every hook, a table at the end only when hooks took over 5% of the training steps;
+    # summary: always that table; off: no timing (true / false from older configs: summary / off)
+    hook_timing: str = "auto"
     batch_size: int = 1  # views rendered together per step (their images must share one size)
     render_depth: bool = False  # training renders also give RenderResult.depth (validation always does)
     type: str = "DefaultTrainer"  # the trainer class (splattrain list trainers)
+    rescue_checkpoint: bool = True  # a run that fails saves ckpt/rescue_step_N.pt of its last completed step
+    replica_check_interval: int = 1000  # on several ranks: compare the replicas every N steps (and before training and checkpoints; 0: only then)
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     dist_backend: str = "auto"  # under torchrun: auto (nccl on CUDA, else gloo) | gloo | nccl
     dist_threads: int = 0  # under torchrun on the CPU: threads per rank (0: usable cores / ranks on the machine)
@@ -72,7 +80,7 @@ class ModelConfig:
     """The Gaussian scene model."""
 
     sh_degree: int = 3  # highest spherical-harmonics degree (stored, and reached by the schedule)
-    sh_degree_interval: int = 1000  # raise the active degree by one every N steps (0: max degree from the start)
+    sh_degree_interval: int = field(default=1000, metadata=STEPS)  # raise the active degree by one every N steps (0: max degree from the start)
     init: InitConfig = field(default_factory=InitConfig)
 
 
@@ -113,9 +121,10 @@ class LossConfig:
 class MetricsConfig:
     """Validation metrics."""
 
-    lpips: bool = True  # computed when its weight files are found (README, LPIPS); never downloaded
+    lpips: bool = True  # LPIPS at every validation (README, LPIPS); null in the results when its weights cannot be had
     lpips_net: str = "alex"  # alex | vgg
     lpips_weights: Optional[str] = None  # folder with the backbone and linear-layer files, looked in first
+    lpips_download: bool = True  # fetch missing weight files into torch's hub cache (SHA-256 checked); false: never
 
 
 @dataclass
@@ -131,6 +140,7 @@ class SplatConfig:
 
     name: str = MISSING
     output_dir: Optional[str] = None  # default outputs/<name>
+    checkpoint_dir: Optional[str] = None  # default <output_dir>/ckpt; elsewhere, it is locked like the run folder
     seed: int = 42
     imports: List[str] = field(default_factory=list)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)

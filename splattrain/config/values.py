@@ -56,25 +56,8 @@ def check_numbers(cfg: DictConfig, source: str) -> None:
         refuse("seed", cfg.seed, "in [0, 2^63)")
     if not (math.isfinite(cfg.trainer.steps_scaler) and cfg.trainer.steps_scaler > 0):
         refuse("trainer.steps_scaler", cfg.trainer.steps_scaler, "a finite number > 0")
-    check_step_counts(cfg, source)
+    if cfg.trainer.max_steps > MAX_STEPS:
+        refuse("trainer.max_steps", cfg.trainer.max_steps, f"at most {MAX_STEPS}")
     output_dir = OmegaConf.select(cfg, "output_dir")
     if output_dir is not None and not str(output_dir).strip():
         refuse("output_dir", output_dir, "a folder name (null for outputs/<name>)")
-
-
-def check_step_counts(cfg: DictConfig, source: str) -> None:
-    """Refuse a run longer than :data:`MAX_STEPS` and strategy periods (``*_every``) below 1 or
-    step settings beyond :data:`MAX_STEPS` (checked again after ``steps_scaler`` applies)."""
-    from .steps import strategy_step_options
-
-    if cfg.trainer.max_steps > MAX_STEPS:
-        raise ConfigError(f"{source}: key 'trainer.max_steps' must be at most {MAX_STEPS}, got {cfg.trainer.max_steps}")
-    try:
-        options = {**strategy_step_options(cfg), **strategy_step_options(cfg, "window_options")}
-    except Exception:  # a strategy not registered yet (imports:) or a non-number: the plugin check names it
-        return
-    for name, value in options.items():
-        if name.endswith("_every") and value < 1:
-            raise ConfigError(f"{source}: key 'strategy.{name}' must be >= 1 (a period in steps), got {value}")
-        if value > MAX_STEPS:
-            raise ConfigError(f"{source}: key 'strategy.{name}' must be at most {MAX_STEPS}, got {value}")

@@ -11,6 +11,7 @@ from torch import Tensor
 from ..cameras import Camera
 from .prefetch import Prefetcher
 from .types import Frame, SceneData
+from .views import downscaled_frame
 
 
 def focus_point(cameras: List[Camera]) -> Tensor:
@@ -99,6 +100,7 @@ class DataPipeline:
         self.rank = rank
         self.world_size = world_size
         self.train_frames = scene.train
+        self.train_downscale = 1.0  #: the training views' shrink factor on top of the loaded resolution
         self.test_frames = scene.test
         self.device = device
         self.background = background.to(device)
@@ -215,6 +217,19 @@ class DataPipeline:
         self._order = list(state["order"])
         self._position = int(state["position"])
         self._saved = self._view_state()
+
+    def set_train_downscale(self, factor: float) -> None:
+        """Serve the training views shrunk by ``factor`` (1: as loaded; intrinsics follow) from the
+        next batch on, in the same view order (a batch prefetched at the old size is dropped); the
+        test views keep the loaded resolution."""
+        if not factor >= 1:
+            raise ValueError(f"a training downscale factor must be >= 1, not {factor}")
+        if factor == self.train_downscale:
+            return
+        state = self.state_dict()
+        self.train_frames = [downscaled_frame(frame, factor) for frame in self.scene.train]
+        self.load_state_dict(state)
+        self.train_downscale = float(factor)
 
     def close(self) -> None:
         """Stop the prefetch thread."""

@@ -207,3 +207,17 @@ def mask_file(folder: Path, image_name: str) -> Path:
     ``<name without extension>.png``, whichever exists (the first when none does)."""
     candidates = [folder / f"{image_name}.png", folder / image_name, (folder / image_name).with_suffix(".png")]
     return next((c for c in candidates if c.is_file()), candidates[0])
+
+
+def downscaled_frame(frame: Frame, factor: float) -> Frame:
+    """``frame`` shrunk by ``factor`` (1 = unchanged), intrinsics scaled to the new size."""
+    if factor == 1:
+        return frame
+    width, height = frame.camera.width, frame.camera.height
+    size = scaled_size(width, height, factor)
+    K = frame.camera.K.clone()
+    K[0] *= size[0] / width
+    K[1] *= size[1] / height
+    camera = Camera(viewmat=frame.camera.viewmat, K=K, width=size[0], height=size[1], name=frame.camera.name)
+    mask = None if frame.mask is None else resize_mask(frame.mask, size)
+    return Frame(image=resize_image(frame.pixels(), size), camera=camera, name=frame.name, mask=mask)

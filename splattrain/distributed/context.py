@@ -300,6 +300,9 @@ class RankConsole(Console):
     def open_log(self, path) -> None:  # noqa: D102 - rank 0 writes the log
         return
 
+    def hold_log(self) -> None:  # noqa: D102 - nothing is kept for a log this rank never opens
+        return
+
     def warning(self, message: str, once: Optional[str] = None) -> None:
         super().warning(f"[rank {self.rank}] {message}", once=once)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Dict, List
 
 import torch
@@ -13,30 +12,6 @@ from ..errors import ConfigError
 
 #: Batch entries with one row per view; the others (background) are shared by all views.
 _PER_VIEW = ("image", "alpha", "mask", "depth", "image_id")
-
-
-@dataclass(frozen=True)
-class StepSettings:
-    """The config values a training step reads, taken from the config once when the trainer is
-    built (each OmegaConf lookup costs tens of microseconds; a step made several). A hook that
-    changes one of these keys during a run must also replace ``trainer.step_settings``."""
-
-    batch_size: int  # trainer.batch_size
-    render_depth: bool  # trainer.render_depth, or a loss term needs depth
-    val_interval: int  # trainer.val_interval
-    val_begin: int  # trainer.val_begin
-    sh_degree: int  # model.sh_degree
-    sh_degree_interval: int  # model.sh_degree_interval
-
-    @classmethod
-    def from_config(cls, cfg: Any, render_depth: bool = False) -> "StepSettings":
-        """The settings of ``cfg``; ``render_depth`` forces depth in training renders (a loss term reads it)."""
-        trainer, model = cfg.trainer, cfg.model
-        return cls(
-            batch_size=int(trainer.batch_size), render_depth=bool(trainer.render_depth) or render_depth,
-            val_interval=int(trainer.val_interval), val_begin=int(trainer.val_begin),
-            sh_degree=int(model.sh_degree), sh_degree_interval=int(model.sh_degree_interval),
-        )
 
 
 def views_per_step(batch_size: int, accumulate_steps: int, cameras: List[Camera]) -> int:

@@ -12,13 +12,20 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ..config.steps import check_schedule
+from ..cameras import Camera
 from ..data.loading import load_scene
-from ..data.pipeline import DataPipeline, camera_scene_scale
+from ..data.locate import resolve_data_path
+from ..data.pipeline import DataPipeline, camera_scene_scale, focus_point
+from ..data.types import SceneData
 from ..distributed import DistContext
+from ..errors import ConfigError, DataError
 from ..hooks.base import Hook
-from ..hooks.specs import build_hook, hook_sections, hook_specs
+from ..hooks.specs import build_hook, hook_sections
+from ..hooks.trainer_api import RunSchedule
+from ..io.gaussians_file import read_gaussians_file
+from ..io.limits import require_memory
 from ..losses import Loss, build_loss
+from ..model import init as model_init
 from ..model.gaussians import GaussianModel
 from ..optim import build_optimizers, build_schedulers
 from ..render import build_renderer
@@ -26,8 +33,8 @@ from ..render.base import Renderer
 from ..strategy import SceneFacts, build_strategy
 from ..strategy.protocol import Strategy
 from ..view_opt import ViewCorrections
-from .batching import StepSettings, views_per_step
-from .model_init import build_model
+from .batching import views_per_step
+from .step_scaling import check_schedule
 
 Message = Callable[[str], None]
 
@@ -43,7 +50,7 @@ class Components:
     renderer: Renderer
     strategy: Strategy
     loss: Loss
-    step_settings: StepSettings
+    schedule: RunSchedule
     optimizers: Dict[str, torch.optim.Optimizer]
     schedulers: List[Any]
     strategy_state: Dict[str, Any]
@@ -56,10 +63,14 @@ def plain(node: Any) -> Dict[str, Any]:
 
 
 def build_components(cfg: DictConfig, dist: DistContext, background: torch.Tensor, config_dir: Optional[Path],
-                     info: Message, warning: Message) -> Components:
+                     info: Message, warning: Message, scaled: Tuple[str, ...] = ()) -> Components:
     """Load the scene and build the model, renderer, strategy, loss, optimizers and view corrections."""
     device, max_steps = dist.device, int(cfg.trainer.max_steps)
+    found, notes = resolve_data_path(cfg.data.path, config_dir)
+    if found.exists():  # the run's config.yaml and checkpoints find the data from any directory
+        cfg.data.path = str(found.resolve())
     data_type, scene = load_scene(cfg.data, config_dir=config_dir)
+    scene.extra["notes"] = notes + list(scene.extra.get("notes", []))
     views = views_per_step(cfg.trainer.batch_size, cfg.optim.accumulate_steps, [f.camera for f in scene.train])
     data = DataPipeline(
         scene, background, device, seed=cfg.seed,
@@ -67,7 +78,7 @@ def build_components(cfg: DictConfig, dist: DistContext, background: torch.Tenso
         rank=dist.rank, world_size=dist.world_size,
     )
     scene_scale = camera_scene_scale(data.train_cameras)
-    model = build_model(cfg, scene, data.train_cameras, info).to(device)
+    model = initial_model(cfg, scene, data.train_cameras, info).to(device)
     strategy_spec = plain(cfg.strategy)
     renderer = build_renderer(plain(cfg.renderer), device, log=info, warn=warning,
                               absgrad=bool(strategy_spec.get("absgrad", False)))
@@ -89,10 +100,31 @@ def build_components(cfg: DictConfig, dist: DistContext, background: torch.Tenso
     )
     return Components(
         data=data, data_type=data_type, scene_scale=scene_scale, model=model, renderer=renderer,
-        strategy=strategy, loss=loss, step_settings=StepSettings.from_config(cfg, render_depth=loss.needs_depth),
+        strategy=strategy, loss=loss, schedule=run_schedule(cfg, views, loss.needs_depth, scaled),
         optimizers=optimizers, schedulers=schedulers,
         strategy_state=strategy.initialize_state(scene_scale=scene_scale), view_opt=view_opt,
     )
+
+
+def initial_model(cfg: DictConfig, scene: SceneData, cameras: List[Camera], info: Message) -> GaussianModel:
+    """The Gaussians ``model.init`` asks for (:mod:`splattrain.model.init`): a scene file, the sparse
+    points, or random points; a start that cannot fit in memory is refused in one line."""
+    init, degree = cfg.model.init, int(cfg.model.sh_degree)
+    if init.ply is not None:
+        params, file_degree = read_gaussians_file(init.ply)
+        model = model_init.from_file(init, params, file_degree, degree)
+        info(f"initialised {model.num_gaussians} Gaussians from {init.ply}")
+        return model
+    points = model_init.uses_points(init, scene.points, cfg.data.path)
+    count = len(scene.points) if points else int(init.num_points)
+    what = f"the {count} sparse points of {cfg.data.path}" if points else f"model.init.num_points={count}"
+    try:
+        require_memory(what, model_init.start_memory_bytes(count, degree))
+    except DataError as err:
+        raise ConfigError(str(err)) from None
+    if points:
+        return model_init.from_points(init, degree, scene.points, scene.point_colors, cfg.seed)
+    return model_init.random_gaussians(init, degree, focus_point(cameras), cfg.seed)
 
 
 @dataclass
@@ -106,19 +138,19 @@ class _LossContext:
     renderer: Renderer
 
 
+def run_schedule(cfg: DictConfig, views: int, loss_needs_depth: bool = False, scaled: Tuple[str, ...] = ()) -> RunSchedule:
+    """The step settings of ``cfg`` (already scaled) every step reads, taken once (each OmegaConf
+    lookup costs tens of microseconds)."""
+    trainer, model = cfg.trainer, cfg.model
+    return RunSchedule(
+        max_steps=int(trainer.max_steps), batch_size=int(trainer.batch_size), views_per_step=views,
+        val_interval=int(trainer.val_interval), val_begin=int(trainer.val_begin),
+        sh_degree=int(model.sh_degree), sh_degree_interval=int(model.sh_degree_interval),
+        render_depth=bool(trainer.render_depth) or loss_needs_depth, scaled=tuple(scaled),
+    )
+
+
 def build_hooks(cfg: DictConfig) -> List[Hook]:
     """The config's default and custom hooks, built in order."""
     sections = hook_sections(plain(cfg.default_hooks), [plain(s) for s in cfg.custom_hooks])
     return [build_hook(name, spec, where) for name, spec, where in sections]
-
-
-def run_policy(cfg: DictConfig) -> Tuple[Path, bool]:
-    """The checkpoint folder (``default_hooks.checkpoint.out_dir`` or ``<output_dir>/ckpt``) and
-    whether a failed run saves a rescue checkpoint (``default_hooks.auto_checkpoint.rescue``)."""
-    checkpoint_dir, rescue = Path(cfg.output_dir) / "ckpt", True
-    for _, spec in hook_specs(plain(cfg.default_hooks), [plain(s) for s in cfg.custom_hooks]):
-        if spec.get("type") == "CheckPointHook" and spec.get("out_dir") is not None:
-            checkpoint_dir = Path(spec["out_dir"])
-        if spec.get("type") == "AutoCheckpointHook" and "rescue" in spec:
-            rescue = bool(spec["rescue"])
-    return checkpoint_dir, rescue

@@ -1,126 +1,157 @@
-"""A trainer's full state as a checkpoint, and restoring it to continue a run exactly."""
+"""A run's full state as a checkpoint (:func:`capture`), and a checkpoint turned back into that
+state (:func:`read_checkpoint` checks it, :func:`restore` loads it): the trainer assigns what
+``restore`` returns to itself; the components it holds restore their own state in place."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Protocol, Tuple
 
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from .. import __version__
 from ..checkpoint import (
     RESUME_KEYS, CheckpointError, config_changes, find_resume_checkpoint, load_checkpoint_file, require_keys,
 )
 from ..checkpoint_schema import check_resume, check_scene
+from ..data.pipeline import DataPipeline
+from ..hooks.dispatch import HookDispatcher
+from ..model.gaussians import GaussianModel
 from ..optim import build_optimizers, build_schedulers
+from ..view_opt import ViewCorrections
 from .setup import rng_states, set_rng_states
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .trainer import DefaultTrainer
+Message = Callable[[str], None]
 
 
-def checkpoint_state(trainer: "DefaultTrainer") -> Dict[str, Any]:
-    """Everything needed to continue ``trainer``'s run (hooks' states keyed by ``state_key``)."""
+class TrainingState(Protocol):
+    """What a checkpoint holds of a run (the :class:`~splattrain.engine.DefaultTrainer` has it)."""
+
+    cfg: DictConfig
+    data_type: str
+    scene_scale: float
+    device: torch.device
+    max_steps: int
+    model: GaussianModel
+    data: DataPipeline
+    optimizers: Dict[str, torch.optim.Optimizer]
+    strategy: Any
+    strategy_state: Dict[str, Any]
+    view_opt: ViewCorrections
+    train_seconds: float
+    last_metrics: Dict[str, Any]
+    hooks: HookDispatcher
+
+
+@dataclass
+class Restored:
+    """What :func:`restore` rebuilt, for the trainer to take over."""
+
+    step: int
+    optimizers: Dict[str, torch.optim.Optimizer]
+    schedulers: List[Any]
+    strategy_state: Dict[str, Any]
+    train_seconds: float
+    last_metrics: Dict[str, Any]
+
+
+def capture(run: TrainingState, step: int, rng: Mapping[str, Any] | None = None) -> Dict[str, Any]:
+    """Everything needed to continue ``run`` after ``step`` (hooks' states keyed by ``state_key``);
+    ``rng`` replaces the current RNG states (those before a failed step, for a rescue)."""
     return {
         "version": __version__,
-        "step": trainer.step,
-        "config": OmegaConf.to_container(trainer.cfg, resolve=True),
-        "sh_degree": trainer.model.sh_degree,
-        "gaussians": trainer.model.state_dict(),
-        "world_transform": trainer.data.world_transform.clone(),
-        "data_type": trainer.data_type,  # the dataset reader (what data.type auto chose)
-        "optimizers": {name: opt.state_dict() for name, opt in trainer.optimizers.items()},
-        "strategy_state": trainer.strategy_state,
-        "view_opt": trainer.view_opt.state_dict(),
-        "data": trainer.data.state_dict(),
-        "global_views": trainer.data.views * trainer.data.world_size,  # views per step over all ranks
-        "rng": rng_states(),
-        "train_seconds": trainer.train_seconds,
-        "last_metrics": trainer.last_metrics,
-        "hooks": {h.state_key: state for h in trainer.hooks.hooks if (state := h.state_dict())},
+        "step": step,
+        "config": OmegaConf.to_container(run.cfg, resolve=True),
+        "sh_degree": run.model.sh_degree,
+        "gaussians": run.model.state_dict(),
+        "world_transform": run.data.world_transform.clone(),
+        "data_type": run.data_type,  # the dataset reader (what data.type auto chose)
+        "optimizers": {name: opt.state_dict() for name, opt in run.optimizers.items()},
+        "strategy_state": run.strategy_state,
+        "view_opt": run.view_opt.state_dict(),
+        "data": run.data.state_dict(),
+        "global_views": run.data.views * run.data.world_size,  # views per step over all ranks
+        "rng": {**rng_states(), **(rng or {})},
+        "train_seconds": run.train_seconds,
+        "last_metrics": run.last_metrics,
+        "hooks": {h.state_key: state for h in run.hooks.hooks if (state := h.state_dict())},
     }
 
 
-def read_checkpoint(trainer: "DefaultTrainer", source: str | Path) -> Tuple[Path, Dict[str, Any]]:
-    """Find and load ``source`` (a path, or ``"latest"`` in the run directory) and check that it can
-    continue ``trainer``'s run; changes nothing (the run directory included).
-
-    Refuses a checkpoint whose scene or model settings differ from the trainer's config,
-    listing the differences.
-    """
+def read_checkpoint(run: TrainingState, source: str | Path, checkpoint_dir: Path,
+                    warn: Message) -> Tuple[Path, Dict[str, Any]]:
+    """Find and load ``source`` (a path, or ``"latest"`` in ``checkpoint_dir``) and check that it can
+    continue ``run``; changes nothing. Refuses a checkpoint whose scene or model settings differ
+    from the run's config, listing the differences."""
     if str(source) == "latest":
-        path, checkpoint = find_resume_checkpoint(trainer.checkpoint_dir, trainer.console.warning)
+        path, checkpoint = find_resume_checkpoint(checkpoint_dir, warn)
     else:
         path, checkpoint = Path(source), load_checkpoint_file(source)
     if "optimizers" not in checkpoint:
         raise CheckpointError(f"'{path}' is a published checkpoint without training state; it cannot be resumed")
     require_keys(checkpoint, path, RESUME_KEYS, "resume a run")
     check_scene(checkpoint, path)
-    incompatible, _ = config_changes(checkpoint["config"], OmegaConf.to_container(trainer.cfg, resolve=True))
+    incompatible, _ = config_changes(checkpoint["config"], OmegaConf.to_container(run.cfg, resolve=True))
     if incompatible:
         raise CheckpointError(f"cannot resume from '{path}', the config changes: " + "; ".join(incompatible))
-    check_resume(checkpoint, path, trainer)
+    check_resume(checkpoint, path, run)
     return path, checkpoint
 
 
-def restore_checkpoint(trainer: "DefaultTrainer", source: str | Path | Tuple[Path, Dict[str, Any]]) -> Dict[str, Any]:
-    """Load ``source`` (a path, ``"latest"``, or what :func:`read_checkpoint` returned) into ``trainer``.
-
-    Other config changes than those refused (more steps, hooks, writers) are reported and allowed.
-    """
-    path, checkpoint = source if isinstance(source, tuple) else read_checkpoint(trainer, source)
-    _, compatible = config_changes(checkpoint["config"], OmegaConf.to_container(trainer.cfg, resolve=True))
+def restore(run: TrainingState, path: Path, checkpoint: Dict[str, Any], info: Message, warn: Message) -> Restored:
+    """Load a checkpoint that :func:`read_checkpoint` passed into ``run``'s model, data order, view
+    corrections, RNGs and hooks (in place), and return the optimizers, schedulers and values the
+    trainer takes over. Config changes other than those refused (more steps, hooks, writers) are
+    reported and allowed."""
+    _, compatible = config_changes(checkpoint["config"], OmegaConf.to_container(run.cfg, resolve=True))
     if compatible:
-        trainer.console.info("resuming with changed settings: " + "; ".join(compatible))
-    cfg = trainer.cfg
-    trainer.model.load_state_dict(checkpoint["gaussians"])
-    _restore_training_weights(trainer, checkpoint.get("hooks", {}))
-    trainer.optimizers = build_optimizers(trainer.model, cfg.optim, trainer.scene_scale)
-    trainer.schedulers = build_schedulers(trainer.optimizers, cfg.optim, trainer.scene_scale, trainer.max_steps)
-    for name, optimizer in trainer.optimizers.items():
+        info("resuming with changed settings: " + "; ".join(compatible))
+    cfg = run.cfg
+    run.model.load_state_dict(checkpoint["gaussians"])
+    _restore_training_weights(run, checkpoint.get("hooks", {}), warn)
+    optimizers = build_optimizers(run.model, cfg.optim, run.scene_scale)
+    schedulers = build_schedulers(optimizers, cfg.optim, run.scene_scale, run.max_steps)
+    for name, optimizer in optimizers.items():
         optimizer.load_state_dict(checkpoint["optimizers"][name])
-    trainer.strategy_state = _to_device(checkpoint["strategy_state"], trainer.device)
-    trainer.data.load_state_dict(checkpoint["data"])
-    trainer.view_opt.load_state_dict(checkpoint.get("view_opt", {}), trainer.console.warning)
-    saved_views, views = checkpoint.get("global_views"), trainer.data.views * trainer.data.world_size
+    run.data.load_state_dict(checkpoint["data"])
+    run.view_opt.load_state_dict(checkpoint.get("view_opt", {}), warn)
+    saved_views, views = checkpoint.get("global_views"), run.data.views * run.data.world_size
     if saved_views is not None and saved_views != views:
-        trainer.console.warning(
-            f"the checkpoint trained on {saved_views} views per step over all ranks, this run on {views} "
-            "(trainer.batch_size x optim.accumulate_steps x ranks): the view order continues differently"
-        )
+        warn(f"the checkpoint trained on {saved_views} views per step over all ranks, this run on {views} "
+             "(trainer.batch_size x optim.accumulate_steps x ranks): the view order continues differently")
     set_rng_states(checkpoint["rng"])
-    trainer.step = int(checkpoint["step"])
-    trainer.train_seconds = float(checkpoint.get("train_seconds", 0.0))
-    trainer.last_metrics = dict(checkpoint.get("last_metrics", {}))
-    for scheduler in trainer.schedulers:
-        scheduler.step(trainer.step)
+    step = int(checkpoint["step"])
+    for scheduler in schedulers:
+        scheduler.step(step)
     states = checkpoint.get("hooks", {})
-    for hook in trainer.hooks.hooks:
+    for hook in run.hooks.hooks:
         if hook.state_key in states:
             try:
                 hook.load_state_dict(states[hook.state_key])
             except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
                 raise CheckpointError(f"checkpoint '{path}': the state of hook {hook.state_key!r} does not fit "
                                       f"it ({type(err).__name__}: {err})") from None
-    trainer.console.info(f"resumed from {path} at step {trainer.step}")
-    return checkpoint
+    info(f"resumed from {path} at step {step}")
+    return Restored(step=step, optimizers=optimizers, schedulers=schedulers,
+                    strategy_state=_to_device(checkpoint["strategy_state"], run.device),
+                    train_seconds=float(checkpoint.get("train_seconds", 0.0)),
+                    last_metrics=dict(checkpoint.get("last_metrics", {})))
 
 
-def _restore_training_weights(trainer: "DefaultTrainer", states: Dict[str, Any]) -> None:
+def _restore_training_weights(run: TrainingState, states: Dict[str, Any], warn: Message) -> None:
     """A checkpoint whose Gaussians are a hook's averages (EMAHook with ``export_average``) keeps the
     training weights in that hook's state; resumed without the hook, train from those weights."""
-    present = {hook.state_key for hook in trainer.hooks.hooks} | {hook.name for hook in trainer.hooks.hooks}
+    present = {hook.state_key for hook in run.hooks.hooks} | {hook.name for hook in run.hooks.hooks}
     for key, state in states.items():
         if key in present or not isinstance(state, dict) or not isinstance(state.get("training"), dict):
             continue
         with torch.no_grad():
             for name, weights in state["training"].items():
-                trainer.model.params[name].copy_(weights.to(trainer.model.params[name].device))
-        trainer.console.warning(
-            f"the checkpoint's Gaussians are the averages of hook {key!r}, which this run does not have: "
-            "training goes on from the training weights it saved, and the averages are dropped"
-        )
+                run.model.params[name].copy_(weights.to(run.model.params[name].device))
+        warn(f"the checkpoint's Gaussians are the averages of hook {key!r}, which this run does not have: "
+             "training goes on from the training weights it saved, and the averages are dropped")
 
 
 def _to_device(value: Any, device: torch.device) -> Any:

@@ -16,60 +16,31 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import torch
 
-from ..checkpoint import save_checkpoint_file, step_checkpoints
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .trainer import DefaultTrainer
+from ..checkpoint import save_checkpoint_file
+from ..data.pipeline import DataPipeline
 
 
-def state_before_step(trainer: "DefaultTrainer") -> Dict[str, Any]:
+def state_before_step(data: DataPipeline) -> Dict[str, Any]:
     """The data position and torch's RNG states before the step about to run (a few microseconds)."""
     rng: Dict[str, Any] = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
-    return {"data": trainer.data.state_dict(), "rng": rng}
+    return {"data": data.state_dict(), "rng": rng}
 
 
-def rescue_path(trainer: "DefaultTrainer", step: int) -> Path:
-    """Where the rescue checkpoint of ``step`` goes."""
-    return trainer.checkpoint_dir / f"rescue_step_{step:06d}.pt"
-
-
-def last_good_checkpoint(trainer: "DefaultTrainer") -> str:
-    """Where the run's newest step checkpoint is (checkpoints always hold Gaussians), as a phrase."""
-    saved = step_checkpoints(trainer.checkpoint_dir)
-    if not saved:
-        return "no checkpoint was saved before it"
-    return f"its last checkpoint with Gaussians is {saved[0]} (resume with --resume {saved[0]})"
-
-
-def save_rescue_checkpoint(trainer: "DefaultTrainer", error: BaseException) -> Optional[Path]:
-    """Write ``ckpt/rescue_step_XXXXXX.pt`` of the last completed step, when a step was completed
-    since the run (or its resume) started; returns its path, or None when nothing was saved. A
-    model emptied by pruning is not saved: it is no step's state, and nothing can train from it."""
-    completed = trainer.completed_step
-    if completed <= trainer.start_step or not getattr(trainer, "is_main", True):
-        return None  # nothing trained since the start (its starting point is the rescue); or not rank 0
-    if trainer.model.num_gaussians == 0:
-        return None
-    path = rescue_path(trainer, completed)
-    unfinished = completed < trainer.step
-    current = trainer.step
-    trainer.step = completed
-    try:
-        checkpoint = trainer.checkpoint_state()
-    finally:
-        trainer.step = current
-    if unfinished and trainer.state_before_step is not None:
-        checkpoint["data"] = trainer.state_before_step["data"]
-        checkpoint["rng"] = {**checkpoint["rng"], **trainer.state_before_step["rng"]}
+def save(checkpoint: Dict[str, Any], before: Optional[Dict[str, Any]], path: Path, error: BaseException,
+         warn: Callable[[str], None], resume_hint: str) -> Path:
+    """Write the rescue ``checkpoint`` of the last completed step to ``path``; ``before`` (the data
+    position and RNG states before the failed step after it, None when no step was running)
+    replaces the checkpoint's, which the failed step moved on."""
+    if before is not None:
+        checkpoint["data"] = before["data"]
+        checkpoint["rng"] = {**checkpoint["rng"], **before["rng"]}
     save_checkpoint_file(checkpoint, path)
-    trainer.console.warning(
-        f"the run failed ({type(error).__name__}); saved a rescue checkpoint of step {completed} "
-        f"to {path}. Resume with: {trainer.resume_hint} {shlex.quote(str(path))}"
-    )
+    warn(f"the run failed ({type(error).__name__}); saved a rescue checkpoint of step {checkpoint['step']} "
+         f"to {path}. Resume with: {resume_hint} {shlex.quote(str(path))}")
     return path

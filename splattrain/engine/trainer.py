@@ -2,67 +2,71 @@
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from .. import interrupts
-from ..checkpoint import save_checkpoint_file
-from ..config.imports import import_user_modules
+from ..config import config_to_yaml
 from ..console import Console
-from ..errors import UserError
 from ..distributed import DistContext, RankConsole
+from ..errors import UserError
 from ..hooks.base import Hook
-from ..hooks.dist_check import DistributedCheckHook
 from ..hooks.dispatch import HookDispatcher
 from ..hooks.trainer_api import StepOutputs
-from ..io.atomic import atomic_link
 from ..metrics import Evaluator, mean_metrics
-from ..model.gaussians import degree_for_step
 from ..optim import clear_grads, step_optimizers
 from ..registry import TRAINERS
-from ..writers import WriterGroup
-from . import checkpointing, rescue, run_files, signals
-from .agreement import agree_on_requests, agree_on_step
+from ..writers import WriterGroup, build_writers
+from . import checkpointing, rescue, run_report, signals
+from .requests import StepRequests, agree_on_step
 from .batching import mean_losses, micro_batches
-from .build import build_components, build_hooks, run_policy
+from .build import build_components, build_hooks
+from .replicas import check_replicas
+from .run_config import prepare_config
+from .run_folder import RunFolder
 from .setup import resolve_device, seed_everything
-
+from .steering import SteeringCalls
 
 @TRAINERS.register("DefaultTrainer")
-class DefaultTrainer:
+class DefaultTrainer(SteeringCalls):
     """Trains a Gaussian scene from a resolved config, calling hooks at every point.
 
-    Build it with a config from :func:`splattrain.config.load_config`, then call
-    :meth:`train`. What hooks and plugins may read and call is the
-    :class:`~splattrain.hooks.trainer_api.Trainer` protocol; ``step_settings`` holds the config
-    values each step reads, taken once.
+    Build it with a config from :func:`splattrain.engine.load_config` (``scaled``: the lines
+    :func:`~splattrain.engine.load_run_config` gave), then call :meth:`train`.
+    What hooks and plugins may read and call is the :class:`~splattrain.hooks.trainer_api.Trainer`
+    protocol; every attribute is assigned here and nowhere else. ``resume_command`` is the command
+    line that resumes the run (shown when it stops).
     """
 
-    def __init__(self, cfg: DictConfig, console: Optional[Console] = None, config_dir: Optional[Path] = None) -> None:
+    def __init__(self, cfg: DictConfig, console: Optional[Console] = None, config_dir: Optional[Path] = None,
+                 resume_command: Optional[str] = None, scaled: Sequence[str] = ()) -> None:
         self.cfg = cfg
         self.console = console or Console()
-        self.run_dir = Path(cfg.output_dir)
-        self.checkpoint_dir, self.rescue_on_error = run_policy(cfg)
-        import_user_modules(list(cfg.imports), config_dir)
+        scaled = prepare_config(cfg, config_dir) or scaled
         seed_everything(cfg.seed)
         self.dist = DistContext.from_env(cfg.trainer.dist_backend, resolve_device(cfg.trainer.device),
                                          cfg.trainer.dist_threads, cfg.trainer.dist_early_bytes)
         self.device = self.dist.device
         if not self.dist.is_main:
             self.console = RankConsole(self.dist.rank, self.console)
+        self.run_folder = RunFolder.from_config(cfg, self.dist.is_main)
+        self.run_dir = self.run_folder.run_dir
+        self.resume_hint = resume_command or "splattrain fit --config <config> " + shlex.join(
+            [f"output_dir={self.run_dir}", "--resume"])
         self.step = 0
-        self.max_steps = int(cfg.trainer.max_steps)
         self.background = torch.tensor(list(cfg.data.background), dtype=torch.float32, device=self.device)
 
-        built = build_components(cfg, self.dist, self.background, config_dir, self.console.info, self.console.warning)
+        built = build_components(cfg, self.dist, self.background, config_dir, self.console.info, self.console.warning,
+                                 tuple(scaled))
         self.data, self.data_type, self.scene_scale = built.data, built.data_type, built.scene_scale
         self.model, self.renderer, self.strategy, self.loss = built.model, built.renderer, built.strategy, built.loss
-        self.step_settings, self.optimizers, self.schedulers = built.step_settings, built.optimizers, built.schedulers
+        self.schedule, self.optimizers, self.schedulers = built.schedule, built.optimizers, built.schedulers
         self.strategy_state, self.view_opt = built.strategy_state, built.view_opt
         self.densify_after_step = bool(cfg.optim.densify_after_step)
         self.evaluator: Optional[Evaluator] = None
@@ -71,10 +75,11 @@ class DefaultTrainer:
         self.hooks = HookDispatcher(timing=cfg.trainer.hook_timing)
         for hook in build_hooks(cfg):
             self.register_hook(hook)
-        DistributedCheckHook.ensure(self)
+        needs = self.hooks.required_metrics()
+        if needs:  # a metric a hook cannot do without is had now (weights fetched), or the run is refused
+            self.evaluator = self._evaluator(needs)
 
-        self.runtime_info: Dict[str, float] = {}
-        self.resume_hint = "splattrain fit --config <config> " + shlex.join([f"output_dir={self.run_dir}", "--resume"])
+        self.runtime_info: Dict[str, Any] = {}
         self.last_metrics: Dict[str, Any] = {}
         self.val_per_view: List[Dict[str, Any]] = []
         self.train_seconds = 0.0
@@ -82,45 +87,40 @@ class DefaultTrainer:
         #: data position and RNG states before the running step: what a rescue checkpoint needs.
         self.completed_step = self.start_step = 0
         self.state_before_step: Optional[Dict[str, Any]] = None
-        #: Requests hooks made during the running step (acted on after it, agreed across ranks).
-        self._stop_request: Optional[str] = None
-        self._validation_request = self._checkpoint_request = False
+        self.requests = StepRequests()  #: what hooks asked during the running step
         self.stopped: Optional[Dict[str, Any]] = None  #: ``{step, reason}`` once a requested stop ended the run
+        self._paused_in_step = 0.0  # seconds the running step spent paused
+        self._failed = False  # once the run failed: no collective exchange (the other ranks may be gone)
 
-    # -- steering (the Trainer protocol) ------------------------------------------------
+    # -- steering (the Trainer protocol; the calls that only delegate are SteeringCalls') ------
     @property
     def stop_reason(self) -> Optional[str]:
         """Why the run was asked to stop (None while it goes on)."""
-        return self.stopped["reason"] if self.stopped else self._stop_request
+        return self.stopped["reason"] if self.stopped else self.requests.stop
 
     def request_stop(self, reason: str) -> None:
         """End the run after the current step, with a final validation, a checkpoint and
         ``results.json`` recording ``stopped: {step, reason}`` (every rank stops at the same step)."""
-        if self._stop_request is None:
-            self._stop_request = str(reason)
+        self.requests.ask_stop(reason)
 
     def request_validation(self) -> None:
         """Validate after the current step."""
-        self._validation_request = True
+        self.requests.validate = True
 
     def request_checkpoint(self) -> None:
         """Save a resumable checkpoint after the current step."""
-        self._checkpoint_request = True
+        self.requests.checkpoint = True
 
-    @property
-    def rank(self) -> int:
-        """This process's rank (0 in a single process)."""
-        return self.dist.rank
-
-    @property
-    def world_size(self) -> int:
-        """The number of ranks training together."""
-        return self.dist.world_size
-
-    @property
-    def is_main(self) -> bool:
-        """True on rank 0, the rank that writes files and prints."""
-        return self.dist.is_main
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Pause the run: hooks hear ``on_pause``; the time is left out of ``train_seconds``."""
+        started = time.perf_counter()
+        self.call_hook("on_pause", True)
+        try:
+            yield
+        finally:
+            self._paused_in_step += time.perf_counter() - started
+            self.call_hook("on_pause", False)
 
     def register_hook(self, hook: Hook) -> None:
         """Add a hook; dispatch tables are rebuilt so unused points stay free."""
@@ -142,33 +142,33 @@ class DefaultTrainer:
         Nothing in the run directory changes before these checks pass.
         """
         interrupts.check()  # a stop signal while the trainer was built: nothing to save yet
-        lock = run_files.lock_run_dir(self)
+        if self.evaluator is None:  # before the run: fetching LPIPS weights may be stopped like the command
+            self.console.hold_log()
+            self.evaluator = self._evaluator()
+        self.run_folder.lock()
         try:
-            resumed = run_files.check_run_dir(self, resume, overwrite)
+            resumed = self.run_folder.prepare(resume, overwrite, self.console.warning, self.read_checkpoint)
             with self.renderer.training_threads(), interrupts.during_run() as handled:
-                if not handled and signals.checkpoint_hooks(self):
-                    self.console.warning("AutoCheckpointHook: not in the main thread, signals are not handled")
+                if not handled and self.hooks.entries["on_signal"]:
+                    self.console.warning("not in the main thread: stop signals are not handled")
                 return self._run(resumed)
         finally:
             self.data.close()
-            lock.release()
+            self.run_folder.release()
 
     def _run(self, resumed: Optional[tuple]) -> Dict[str, Any]:
-        checkpoint = None
         if resumed is not None:  # every check of the checkpoint passes before the run directory changes
             self.console.hold_log()
             try:
-                checkpoint = self._restore(resumed)
+                self._restore(*resumed)
             except BaseException:
                 self.dist.close()
                 raise
-        self.writers = run_files.open_run_dir(self)
+        self._open_run_folder(resumed)
         try:
-            run_files.print_header(self, resumed)
-            self.evaluator = self._evaluator()
             self.call_hook("before_run")
-            if checkpoint is not None:
-                self.call_hook("after_load_checkpoint", checkpoint)
+            if resumed is not None:
+                self.call_hook("after_load_checkpoint", resumed[1])
                 if self.step >= self.max_steps:
                     self.console.warning(f"the checkpoint is at step {self.step}; trainer.max_steps is {self.max_steps}, nothing to train")
                     if self.last_metrics.get("step") != self.step:
@@ -176,22 +176,26 @@ class DefaultTrainer:
                 elif self.cfg.trainer.val_on_resume:
                     self.validate()
             self.completed_step = self.start_step = self.step
+            self._check_replicas("before training")
             self.call_hook("before_train")
             for step in range(self.step + 1, self.max_steps + 1):
                 self.step = step
-                started = time.perf_counter()
+                started, self._paused_in_step = time.perf_counter(), 0.0
                 self.train_step(step)
-                self.train_seconds += time.perf_counter() - started
-                signals.after_step(self)  # a stop signal ends the run here, on every rank alike
-                validated = self._validation_due(step)
+                self.train_seconds += time.perf_counter() - started - self._paused_in_step
+                self._act_on_signals(*signals.after_step(self.dist))  # on every rank alike
+                validated = self.schedule.validates_at(step)
                 if validated:
                     self.validate()
                 if self._after_requests(step, validated):
                     break
             self.call_hook("after_train")
-            signals.after_last_step(self)  # a signal on any rank since the last step stops every rank
-            run_files.print_hook_timing(self)
-            return run_files.write_results(self, self.run_dir / "results.json")
+            self._act_on_signals(signals.after_last_step(self.dist), False, finished=True)
+            run_report.print_hook_timing(self)
+            report = run_report.results(self)
+            if self.is_main:
+                run_report.write_results(report, self.run_dir / "results.json")
+            return report
         except BaseException as error:
             self._report_exception(error)
             raise
@@ -203,19 +207,33 @@ class DefaultTrainer:
                 self.console.close()
                 self.dist.close()
 
+    def _open_run_folder(self, resumed: Optional[tuple]) -> None:
+        """Create the run folder's files, start log.txt and the writers, print the header."""
+        if self.is_main:
+            text = config_to_yaml(self.cfg)
+            notes = self.run_folder.open(text)
+            self.console.open_log(self.run_dir / "log.txt")
+            for note in notes:
+                self.console.info(note)
+            self.writers = build_writers(list(self.cfg.writers), self.run_dir, self.console.warning)
+            self.writers.write_config(OmegaConf.to_container(self.cfg, resolve=True), text)
+        gaussians = self.model.num_gaussians if resumed is None else int(resumed[1]["gaussians"]["means"].shape[0])
+        run_report.print_header(self, gaussians)
+
     def _after_requests(self, step: int, validated: bool) -> bool:
         """Act on the step's requests as the ranks agree on them; True when the run stops here."""
-        reason, validate, save = agree_on_requests(
-            self, self._stop_request, self._validation_request, self._checkpoint_request)
+        reason, validate, save = self.requests.agreed(self.dist)
         stop = reason is not None
-        self._stop_request, self._validation_request, self._checkpoint_request = None, False, False
+        interval = int(self.cfg.trainer.replica_check_interval)
+        if interval > 0 and step % interval == 0:
+            self._check_replicas(f"after step {step}")
         if (validate or stop) and not validated:
             self.validate()
         if stop:
             self.stopped = {"step": step, "reason": reason}
             self.console.info(f"stopping after step {step}: {reason}")
         if save or stop:
-            self.save_checkpoint(self.checkpoint_dir / f"step_{step:06d}.pt")
+            self.save_checkpoint()
         return stop
 
     def train_step(self, step: int) -> StepOutputs:
@@ -225,16 +243,16 @@ class DefaultTrainer:
         An ``after_backward`` hook may set ``outputs.skip_update`` to drop the step's update
         (densification statistics and optimizer step).
         """
-        self.state_before_step = rescue.state_before_step(self)
+        self.state_before_step = rescue.state_before_step(self.data)
         batch = self.data.next_train(step)
         self.call_hook("before_train_iter", step, batch)
-        settings = self.step_settings
-        sh_degree = degree_for_step(step, settings.sh_degree_interval, settings.sh_degree)
-        chunks = micro_batches(batch, settings.batch_size)
+        schedule = self.schedule
+        sh_degree = schedule.sh_degree_at(step)
+        chunks = micro_batches(batch, schedule.batch_size)
         infos, terms = [], []
         for chunk in chunks:
             render = self.renderer.render(
-                self.model, self.view_opt.cameras(chunk), sh_degree, chunk["background"], depth=settings.render_depth
+                self.model, self.view_opt.cameras(chunk), sh_degree, chunk["background"], depth=schedule.render_depth
             )
             render.rgb = self.view_opt.colors(render.rgb, chunk)
             render.info["n_cameras"] = len(batch["camera"])  # gradients are of the mean over all the step's views
@@ -250,12 +268,12 @@ class DefaultTrainer:
             (losses["loss"] / len(chunks)).backward()
             infos.append(render.info)
             terms.append(losses)
-        signals.before_exchange(self)  # a signal on any rank travels in the gradient exchange
+        signals.before_exchange(self.dist)  # a signal on any rank travels in the gradient exchange
         synced = {**self.optimizers, **{f"view_opt/{k}": v for k, v in self.view_opt.optimizers.items()}}
         losses = self.dist.sync_gradients(synced, mean_losses(terms), sh_degree)  # mean over ranks
         outputs = StepOutputs(render=render, losses=losses, sh_degree=sh_degree, batch=batch)
         self.call_hook("after_backward", step, outputs)
-        agree_on_step(self, outputs)
+        agree_on_step(self.dist, self.hooks.hooks, outputs)
         if not outputs.skip_update:
             if self.densify_after_step:  # gsplat's order: the step's update survives refinement
                 self.call_hook("before_optimizer_step", step, outputs)
@@ -279,12 +297,7 @@ class DefaultTrainer:
         if self.model.num_gaussians == 0:  # no rescue checkpoint: the emptied model is no step's state
             raise UserError(f"step {step}: strategy {self.cfg.strategy.get('type', 'default')!r} pruned every "
                             "Gaussian, nothing is left to train; relax its pruning settings (strategy.prune_opa); "
-                            + rescue.last_good_checkpoint(self))
-
-    def _validation_due(self, step: int) -> bool:
-        interval = self.step_settings.val_interval
-        periodic = interval > 0 and step % interval == 0 and step >= self.step_settings.val_begin
-        return step == self.max_steps or periodic
+                            + self.run_folder.last_good_checkpoint())
 
     @torch.no_grad()
     def validate(self) -> Dict[str, Any]:
@@ -292,7 +305,7 @@ class DefaultTrainer:
         if self.evaluator is None:
             self.evaluator = self._evaluator()
         self.call_hook("before_val")
-        sh_degree = degree_for_step(self.step, self.step_settings.sh_degree_interval, self.step_settings.sh_degree)
+        sh_degree = self.schedule.sh_degree_at(self.step)
         scored: List[tuple[int, Dict[str, Any]]] = []
         for index, batch in enumerate(self.data.test_batches()):
             if not self.dist.owns_view(index):  # several ranks share the test views
@@ -302,7 +315,7 @@ class DefaultTrainer:
             scores = self.evaluator(render.rgb, batch["image"], batch.get("mask"))
             scored.append((index, {"view": batch["camera"][0].name, **scores}))
             self.call_hook("after_val_iter", index, batch, {"render": render, "metrics": scores})
-            signals.between_views(self)
+            self._act_on_signals(*signals.between_views(self.dist))
         per_view = self.dist.gather_views(scored)
         metrics = {"step": self.step, **mean_metrics(per_view)}
         self.val_per_view = per_view
@@ -311,51 +324,97 @@ class DefaultTrainer:
         return metrics
 
     # -- checkpoints ----------------------------------------------------------------
-    def checkpoint_state(self) -> Dict[str, Any]:
-        """Everything needed to continue this run; hooks add to it in before_save_checkpoint."""
-        checkpoint = checkpointing.checkpoint_state(self)
-        if getattr(self, "run_id", None):
-            checkpoint["run_id"] = self.run_id  # resuming refuses another run's checkpoint
+    def checkpoint_state(self, step: Optional[int] = None) -> Dict[str, Any]:
+        """Everything needed to continue this run after ``step`` (default: the current step);
+        hooks add to it in before_save_checkpoint."""
+        step = self.step if step is None else step
+        self._check_replicas(f"before the checkpoint of step {step}", checkpoint=True)
+        checkpoint = checkpointing.capture(self, step)
+        if self.run_folder.run_id:
+            checkpoint["run_id"] = self.run_folder.run_id  # resuming refuses another run's checkpoint
         self.call_hook("before_save_checkpoint", checkpoint)
         return checkpoint
 
-    def save_checkpoint(self, path: Path, link_last: bool = True) -> Path:
-        """Write a resumable checkpoint to ``path`` atomically (and point last.pt beside it at it).
-        Every rank calls it (hooks may compare the ranks); only rank 0 writes."""
+    def save_checkpoint(self, name: Optional[str] = None, keep_last: int = 0) -> Path:
+        """Write a resumable checkpoint of the current step: ``step_XXXXXX.pt`` (and ``last.pt``;
+        ``keep_last`` > 0 keeps that many step checkpoints), or ``<name>.pt``. Every rank calls it
+        (the replicas are compared first); only rank 0 writes."""
         checkpoint = self.checkpoint_state()
         if not self.is_main:
-            return path
-        save_checkpoint_file(checkpoint, path)
-        if link_last:
-            atomic_link(path, path.parent / "last.pt")
-        return path
+            return self.run_folder.checkpoint_path(self.step, name)
+        return self.run_folder.write_checkpoint(checkpoint, name, keep_last)
 
-    def load_checkpoint(self, source: str | Path | tuple) -> Dict[str, Any]:
-        """Restore a checkpoint (a path, ``"latest"`` in the run directory, or what
-        ``checkpointing.read_checkpoint`` returned) and continue from its step; refuses one whose
-        scene or model settings differ from this config."""
-        checkpoint = self._restore(source)
+    def load_checkpoint(self, source: str | Path) -> Dict[str, Any]:
+        """Restore a checkpoint (a path or ``"latest"``) and continue from its step."""
+        path, checkpoint = self.read_checkpoint(source)
+        self._restore(path, checkpoint)
         self.call_hook("after_load_checkpoint", checkpoint)
         return checkpoint
 
-    def _restore(self, source: str | Path | tuple) -> Dict[str, Any]:
+    def _restore(self, path: Path, checkpoint: Dict[str, Any]) -> None:
         """Load a checkpoint's state into the model, optimizers, strategy, data order, RNGs and hooks."""
-        checkpoint = checkpointing.restore_checkpoint(self, source)
+        restored = checkpointing.restore(self, path, checkpoint, self.console.info, self.console.warning)
+        self.step, self.optimizers, self.schedulers = restored.step, restored.optimizers, restored.schedulers
+        self.strategy_state, self.train_seconds = restored.strategy_state, restored.train_seconds
+        self.last_metrics = restored.last_metrics
         self.dist.statistics_synced = True  # the restored statistics are totals: rank 0 keeps them
         self.strategy.release_statistics(self.strategy_state)
-        return checkpoint
 
-    def _evaluator(self) -> Evaluator:
+    def _check_replicas(self, when: str, checkpoint: bool = False) -> None:
+        """Compare the ranks' replicas (several ranks only); before a ``checkpoint`` the strategy's
+        statistics are combined too, so it holds their totals whatever world size resumes it."""
+        if not self.dist.enabled or self._failed:
+            return
+        check_replicas(self.dist, self.model.params, self.view_opt, when)
+        if checkpoint:
+            self.strategy.sync_statistics(self.strategy_state)
+            self.strategy.release_statistics(self.strategy_state)
+
+    def _evaluator(self, required: Sequence[Tuple[str, str]] = ()) -> Evaluator:
         metrics = self.cfg.metrics
-        return Evaluator(metrics.lpips, metrics.lpips_net, self.device, self.console.warning, metrics.lpips_weights)
+        return Evaluator(metrics.lpips, metrics.lpips_net, self.device, self.console.warning, metrics.lpips_weights,
+                         metrics.lpips_download, self.console.transfer, required)
+
+    # -- signals and failures ---------------------------------------------------------
+    def _act_on_signals(self, stop: Optional[int], snapshot: bool, finished: bool = False) -> None:
+        """At a safe point: let hooks ask for a checkpoint (``on_signal``) and save it; then stop on
+        ``stop``, or go on after a snapshot."""
+        signum = stop or (interrupts.SNAPSHOT_SIGNAL if snapshot else None)
+        if signum is None:
+            return
+        pending = self.requests.take_checkpoint()  # asked during the step: acted on after it, unless saved here
+        self.call_hook("on_signal", signum)
+        wanted = self.requests.take_checkpoint()
+        self.requests.checkpoint = pending and not wanted
+        last = self.checkpoint_dir / "last.pt"
+        if finished:  # the last step's checkpoint is the one to resume from
+            path = last if wanted and last.exists() else None
+        else:
+            path = self.save_checkpoint() if wanted else None
+        level, message = signals.describe(signum, bool(stop), self.step, path, finished, self.resume_hint)
+        (self.console.warning if level == "warning" else self.console.info)(message)
+        if stop:
+            raise interrupts.RunInterrupted(stop, path)
 
     def _report_exception(self, error: BaseException) -> None:
+        failed_step = self.step
+        self._failed = True
         try:
             self.call_hook("on_exception", error)
         except Exception as hook_error:  # keep the original error as the one raised
             self.console.warning(f"while handling {type(error).__name__}: {hook_error}")
-        if self.rescue_on_error and not isinstance(error, interrupts.RunInterrupted):
+        if self.cfg.trainer.rescue_checkpoint and not isinstance(error, interrupts.RunInterrupted):
             try:
-                rescue.save_rescue_checkpoint(self, error)
+                self._save_rescue(error, failed_step)
             except Exception as save_error:
                 self.console.warning(f"could not save a rescue checkpoint ({type(save_error).__name__}: {save_error})")
+
+    def _save_rescue(self, error: BaseException, running: int) -> Optional[Path]:
+        """``ckpt/rescue_step_XXXXXX.pt`` of the last completed step (rank 0), when a step was
+        completed since the run (or its resume) started and the model holds Gaussians."""
+        completed = self.completed_step
+        if completed <= self.start_step or not self.is_main or self.model.num_gaussians == 0:
+            return None
+        checkpoint = self.checkpoint_state(step=completed)
+        return rescue.save(checkpoint, self.state_before_step if completed < running else None,
+                           self.run_folder.rescue_path(completed), error, self.console.warning, self.resume_hint)

@@ -5,7 +5,6 @@ from .base import HOOK_POINTS, Hook, Priority, get_priority
 from .checkpoint_hook import CheckPointHook
 from .dispatch import HookDispatcher, HookError
 from .early_stopping import EarlyStoppingHook
-from .dist_check import DistributedCheckHook, ReplicaDivergenceError
 from .ema import EMAHook
 from .grad_clip import GradClipHook
 from .invalid_loss import CheckInvalidLossHook, InvalidLossError
@@ -13,8 +12,9 @@ from .iter_timer import IterTimerHook
 from .log_hook import LogHook
 from .memory_budget import MemoryBudgetHook
 from .resolution import ResolutionScheduleHook
+from . import specs  # noqa: F401  (how hook sections are checked)
 from .resources import EmptyCacheHook, ProfilerHook
-from .trainer_api import StepOutputs, Trainer
+from .trainer_api import RunSchedule, StepOutputs, Trainer
 from .viewer_hook import ViewerHook
 
 __all__ = [
@@ -22,7 +22,6 @@ __all__ = [
     "AutoCheckpointHook",
     "CheckInvalidLossHook",
     "CheckPointHook",
-    "DistributedCheckHook",
     "EarlyStoppingHook",
     "EMAHook",
     "GradClipHook",
@@ -35,10 +34,12 @@ __all__ = [
     "EmptyCacheHook",
     "MemoryBudgetHook",
     "ProfilerHook",
-    "ReplicaDivergenceError",
     "ResolutionScheduleHook",
+    "RunSchedule",
     "ViewerHook",
     "Priority",
     "RunInterrupted",
+    "StepOutputs",
+    "Trainer",
     "get_priority",
 ]

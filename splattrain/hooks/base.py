@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Any, Dict, Union
+from typing import Any, Dict, List, Tuple, Union
+
+from ..steps import check_step_annotations, option_defaults, scale_options, step_kinds
 
 from .trainer_api import StepOutputs, Trainer
 
@@ -52,6 +54,8 @@ HOOK_POINTS = (
     "after_val",
     "before_save_checkpoint",
     "after_train",
+    "on_pause",
+    "on_signal",
     "on_exception",
     "after_run",
 )
@@ -145,6 +149,15 @@ class Hook:
     def after_train(self, trainer: Trainer) -> None:
         """Once, after the last step and its validation."""
 
+    def on_pause(self, trainer: Trainer, paused: bool) -> None:
+        """When something (the viewer's Pause button) pauses the run between two steps
+        (``paused`` True) and when it goes on again (False); the pause is left out of the
+        training time."""
+
+    def on_signal(self, trainer: Trainer, signum: int) -> None:
+        """At the safe point after SIGINT / SIGTERM (the run then stops) or SIGUSR1 (it goes on)
+        reached the run: call ``trainer.request_checkpoint()`` to have the state saved there."""
+
     def on_exception(self, trainer: Trainer, error: BaseException) -> None:
         """When the run fails (or is interrupted) with ``error``; the error is re-raised after."""
 
@@ -161,12 +174,29 @@ class Hook:
         """True on the run's final training step."""
         return trainer.step == trainer.max_steps
 
+    def required_metrics(self) -> Tuple[str, ...]:
+        """Validation metrics this hook cannot work without (e.g. ``("lpips",)``). The trainer checks
+        them when it is built: one it can never compute (``metrics.lpips: false``, LPIPS weights
+        that cannot be had) refuses the run in one line, before any training."""
+        return ()
+
     def state_dict(self) -> Dict[str, Any]:
         """State to keep in checkpoints (empty for stateless hooks)."""
         return {}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
+
+    @classmethod
+    def scale_steps(cls, options: Dict[str, Any], run: float, window: float, where: str) -> List[Tuple[str, Any, Any]]:
+        """Scale the options of this hook's config entry (``options``, in place) that count steps:
+        those annotated :data:`~splattrain.steps.Steps` by ``run`` (``trainer.schedule_steps``,
+        ``steps_scaler``), :data:`~splattrain.steps.Window` by ``window`` (``steps_scaler``); returns
+        ``(key path, written, scaled)`` per change. Override it for options holding steps in a
+        structure (a schedule of ``[step, value]`` pairs). ConfigError when an ``int`` option that
+        sounds like a step count carries no such annotation."""
+        check_step_annotations(cls, "hook")
+        return scale_options(step_kinds(cls), options, option_defaults(cls), run, window, where)
 
     def overridden_points(self) -> list[str]:
         """The points this hook's class overrides, in call order."""

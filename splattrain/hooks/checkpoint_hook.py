@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
-from ..checkpoint import save_checkpoint_file, step_checkpoints
 from ..errors import ConfigError
-from ..io.gaussians_file import FORMATS, write_gaussians_file
-from ..io.ply import write_ply
+from ..io.gaussians_file import FORMATS
 from ..registry import HOOKS
+from ..steps import Steps
 from . import state as state_values
 from .base import Hook, Priority
 
@@ -34,23 +33,24 @@ class CheckPointHook(Hook):
             state) and the scene in the run directory in each of ``publish_format``.
         publish_format: one format or a list of them: ply (scene.ply), ply-compressed
             (scene.compressed.ply), spz (scene.spz), splat (scene.splat).
-        out_dir: folder for checkpoints (default: <run_dir>/ckpt).
+
+    Where checkpoints go is the run's ``checkpoint_dir`` (default ``<output_dir>/ckpt``); the
+    trainer writes them when this hook asks.
     """
 
     priority = Priority.VERY_LOW
 
     def __init__(
         self,
-        interval: int = 1000,
-        save_begin: int = 0,
+        interval: Steps = 1000,
+        save_begin: Steps = 0,
         max_keep: int = -1,
         save_last: bool = True,
         save_best: Optional[str] = None,
         rule: Optional[str] = None,
-        ply_interval: Optional[int] = None,
+        ply_interval: Optional[Steps] = None,
         publish: bool = False,
         publish_format: Union[str, List[str]] = "ply",
-        out_dir: Optional[str] = None,
     ) -> None:
         super().__init__()
         self.interval = interval
@@ -65,7 +65,6 @@ class CheckPointHook(Hook):
         unknown = [fmt for fmt in self.publish_formats if fmt not in FORMATS]
         if unknown or not self.publish_formats:
             raise ConfigError(f"CheckPointHook publish_format {unknown or publish_format!r}: use {', '.join(FORMATS)}")
-        self.out_dir = out_dir
         self.best_value: Optional[float] = None
         self.best_step: Optional[int] = None
 
@@ -84,46 +83,42 @@ class CheckPointHook(Hook):
             raise ConfigError(f"CheckPointHook save_best {metric!r}: give rule: greater|less for this metric")
         return _GREATER_IS_BETTER[metric]
 
+    def required_metrics(self) -> Tuple[str, ...]:
+        return () if self.metric is None else (self.metric,)
+
     def after_train_iter(self, trainer, step: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
         last = self.save_last and self.is_last_step(trainer)
         saved = (step >= self.save_begin and self.every_n_steps(trainer, self.interval)) or last
         if saved:
             self.save(trainer)
         ply_due = saved if self.ply_interval is None else (self.every_n_steps(trainer, self.ply_interval) or last)
-        if ply_due and trainer.is_main:
-            write_ply(trainer.run_dir / "ply" / f"step_{step:06d}.ply", trainer.model.params, _antialiased(trainer))
+        if ply_due:
+            trainer.export_scene(f"ply/step_{step:06d}.ply", "ply")
 
     def after_val(self, trainer, metrics: Dict[str, Any]) -> None:
         if self.metric is None:
             return
         value = metrics.get(self.metric)
         if value is None or not math.isfinite(value):
-            trainer.console.warning(f"save_best: no '{self.metric}' in the validation metrics", once="save_best")
+            trainer.console.warning(f"save_best: no {self.metric} value in the validation at step {trainer.step}; "
+                                    "best.pt is not updated", once="save_best")
             return
         if self.best_value is None or (value > self.best_value if self.greater else value < self.best_value):
             self.best_value, self.best_step = float(value), trainer.step
-            best = trainer.save_checkpoint(trainer.checkpoint_dir / "best.pt", link_last=False)
+            best = trainer.save_checkpoint("best")
             trainer.console.info(f"new best {self.metric} {value:.4f} at step {trainer.step} -> {best}")
 
     def after_train(self, trainer) -> None:
         if self.publish:
-            state = {key: value for key, value in trainer.checkpoint_state().items() if key in _PUBLISHED_KEYS}
-            if not trainer.is_main:  # every rank builds the state (hooks may compare ranks); rank 0 writes
-                return
-            save_checkpoint_file(state, trainer.checkpoint_dir / "published.pt")
-            scenes = [trainer.run_dir / f"scene.{FORMATS[fmt]}" for fmt in self.publish_formats]
-            for fmt, path in zip(self.publish_formats, scenes):
-                write_gaussians_file(path, trainer.model.params, fmt, antialiased=_antialiased(trainer))
-            names = ", ".join(str(path) for path in scenes)
-            trainer.console.info(f"published {trainer.checkpoint_dir / 'published.pt'} and {names}")
+            path = trainer.publish(self.publish_formats)
+            if path is not None:
+                names = ", ".join(f"scene.{FORMATS[fmt]}" for fmt in self.publish_formats)
+                trainer.console.info(f"published {path} and {names} in {trainer.run_dir}")
 
     def save(self, trainer) -> Path:
-        """Write the checkpoint for the current step and drop the oldest beyond ``max_keep``."""
-        path = trainer.save_checkpoint(trainer.checkpoint_dir / f"step_{trainer.step:06d}.pt")
+        """Ask for the checkpoint of the current step (older ones beyond ``max_keep`` go)."""
+        path = trainer.save_checkpoint(keep_last=max(self.max_keep, 0))
         trainer.console.debug(f"saved checkpoint {path}")
-        if self.max_keep > 0:
-            for old in step_checkpoints(trainer.checkpoint_dir)[self.max_keep :]:
-                old.unlink()
         return path
 
     def state_dict(self) -> Dict[str, Any]:
@@ -134,12 +129,3 @@ class CheckPointHook(Hook):
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.best_value = state_values.number(state, "best_value", None, optional=True)
         self.best_step = state_values.whole(state, "best_step", None, optional=True, minimum=0)
-
-
-#: What a published checkpoint keeps: enough to evaluate, render and export.
-_PUBLISHED_KEYS = ("version", "step", "config", "sh_degree", "gaussians", "last_metrics", "world_transform")
-
-
-def _antialiased(trainer) -> bool:
-    """Whether the run renders with the antialiased rasterizer (marked in the exported files)."""
-    return getattr(trainer.renderer, "rasterize_mode", "classic") == "antialiased"

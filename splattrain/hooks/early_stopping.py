@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 from ..errors import ConfigError
 from ..registry import HOOKS
@@ -51,6 +51,9 @@ class EarlyStoppingHook(Hook):
         self.bad_validations = 0
         self.last_step = -1  # a step validated again (on resume, at the end) is counted once
 
+    def required_metrics(self) -> Tuple[str, ...]:
+        return (self.monitor,)
+
     def improved(self, value: float) -> bool:
         """Whether ``value`` beats the best so far by more than ``min_delta``."""
         if self.best is None:
@@ -63,6 +66,10 @@ class EarlyStoppingHook(Hook):
                               f"(it has: {', '.join(k for k in metrics if k != 'step')})")
         step = int(metrics.get("step", trainer.step))
         if step <= self.last_step:
+            return
+        if metrics[self.monitor] is None:  # not computed this time: neither better nor worse
+            trainer.console.warning(f"EarlyStoppingHook: no {self.monitor} in the validation at step {step}; "
+                                    "not counted", once=f"early_stopping_{self.monitor}")
             return
         self.last_step, value = step, float(metrics[self.monitor])
         if self.improved(value):

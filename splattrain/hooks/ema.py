@@ -10,6 +10,7 @@ from torch import Tensor
 from ..checkpoint_schema import PARAM_NAMES
 from ..errors import ConfigError
 from ..registry import HOOKS
+from ..steps import Steps
 from . import state as state_values
 from .base import Hook, Priority
 
@@ -55,8 +56,8 @@ class EMAHook(Hook):
     def __init__(
         self,
         momentum: float = 0.01,
-        interval: int = 1,
-        begin: int = 0,
+        interval: Steps = 1,
+        begin: Steps = 0,
         variant: str = "ema",
         gamma: float = 100.0,
         groups: Optional[Sequence[str]] = None,
@@ -91,7 +92,7 @@ class EMAHook(Hook):
             )
         if not self.averaged:
             self._restart(params)
-        trainer.strategy.add_reindex_listener(self.follow)
+        trainer.on_gaussians_moved(self.follow)
 
     def _names(self, params: Mapping[str, Tensor]) -> List[str]:
         return self.groups or list(params.keys())
@@ -113,7 +114,7 @@ class EMAHook(Hook):
         if len(params["means"]) != len(self.updates):
             raise RuntimeError(
                 f"the Gaussian count changed from {len(self.updates)} to {len(params['means'])} without telling "
-                "the strategy's reindex listeners; remove Gaussians with trainer.strategy.remove_gaussians(...)"
+                "the trainer's on_gaussians_moved; remove Gaussians with trainer.remove_gaussians(mask)"
             )
         weight = self._weights()  # [N]
         for name, average in self.averaged.items():

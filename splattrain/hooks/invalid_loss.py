@@ -9,6 +9,7 @@ import torch
 
 from ..errors import ConfigError
 from ..registry import HOOKS
+from ..steps import Count
 from . import state as state_values
 from .base import Hook, Priority
 
@@ -41,7 +42,7 @@ class CheckInvalidLossHook(Hook):
 
     priority = Priority.VERY_HIGH
 
-    def __init__(self, interval: int = 1, policy: str = "raise", max_skips: int = 10) -> None:
+    def __init__(self, interval: Count = 1, policy: str = "raise", max_skips: int = 10) -> None:
         super().__init__()
         if policy not in POLICIES:
             raise ConfigError(f"CheckInvalidLossHook policy {policy!r}: use one of {', '.join(POLICIES)}")
@@ -69,11 +70,7 @@ class CheckInvalidLossHook(Hook):
             trainer.runtime_info["invalid_loss/skips"] = float(self.skips)
             return
         limit = f"; {self.skips} steps skipped already, the limit is {self.max_skips}" if self.policy == "skip" else ""
-        saved = ""
-        if getattr(trainer, "rescue_on_error", False) and step - 1 > getattr(trainer, "start_step", 0):
-            # the trainer saves the last completed step
-            saved = f". The state before this step is saved to {trainer.checkpoint_dir / f'rescue_step_{step - 1:06d}.pt'}"
-        raise InvalidLossError(f"{problem}{limit}{saved}")
+        raise InvalidLossError(f"{problem}{limit}")  # the trainer saves the last completed step and says where
 
     def state_dict(self) -> Dict[str, Any]:
         return {"skips": self.skips} if self.skips else {}
@@ -89,7 +86,7 @@ def _invalid_views(trainer, outputs: Dict[str, Any]) -> List[str]:
     names = []
     for index, camera in enumerate(batch["camera"]):
         render = trainer.renderer.render(
-            trainer.model, [camera], outputs["sh_degree"], batch["background"], depth=trainer.step_settings.render_depth
+            trainer.model, [camera], outputs["sh_degree"], batch["background"], depth=trainer.schedule.render_depth
         )
         view = {key: value[index : index + 1] if key in _PER_VIEW else value for key, value in batch.items()}
         view["camera"] = [camera]

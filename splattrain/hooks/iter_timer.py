@@ -49,7 +49,7 @@ class IterTimerHook(Hook):
             trainer.runtime_info["time/eta"] = self.mean_step * (trainer.max_steps - step)
         self._last_end = now
 
-    def set_paused(self, trainer, paused: bool) -> None:
+    def on_pause(self, trainer, paused: bool) -> None:
         """Time spent paused (in the viewer) is not data time of the next step."""
         if not paused:
             self._last_end = time.perf_counter()

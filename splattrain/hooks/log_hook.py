@@ -10,6 +10,7 @@ import torch
 
 from ..console import ProgressLogger, validation_table
 from ..registry import HOOKS
+from ..steps import Steps
 from ..writers.grids import validation_grid
 from . import state as state_values
 from .base import Hook, Priority
@@ -35,6 +36,18 @@ def memory_scalars(device: torch.device) -> Dict[str, float]:
     return scalars
 
 
+def _shown_lr(lrs: Dict[str, float]) -> Dict[str, float]:
+    """The learning rate the progress display shows, named by its group: the positions' when there are any."""
+    group = "means" if "means" in lrs else next(iter(lrs), None)
+    return {} if group is None else {f"lr/{group}": lrs[group]}
+
+
+def _shown_validation(metrics: Dict[str, Any]) -> Dict[str, str]:
+    """The last validation's PSNR and its step, for the progress display (``val psnr 20.80 @400``)."""
+    psnr = metrics.get("psnr")
+    return {} if psnr is None else {"val psnr": f"{psnr:.2f} @{metrics.get('step', '?')}"}
+
+
 @HOOKS.register()
 class LogHook(Hook):
     """Progress bar or lines, validation report; scalars, image grids and histograms to the writers.
@@ -45,7 +58,9 @@ class LogHook(Hook):
     weighted sum), loss/<term> (each term, unweighted), train/ema_loss, train/num_gaussians, train/sh_degree,
     lr/<group> for every optimizer, time/step_ms, memory/* and whatever other hooks put in
     ``trainer.runtime_info``, and prints a plain progress line when the terminal is not
-    interactive. At each validation it writes
+    interactive. The bar and the lines show ``ema_loss``, ``gaussians``, ``lr/means`` (the
+    positions' learning rate; the first group's when there is no ``means``) and the last
+    validation's PSNR with its step (``val psnr 20.80 @400``). At each validation it writes
     val/psnr, val/ssim, val/lpips, a grid image per view for the first ``num_val_images``
     views (render | ground truth | error heat map | depth), histograms of opacities and
     log-scales, and prints the validation table.
@@ -62,7 +77,7 @@ class LogHook(Hook):
 
     def __init__(
         self,
-        interval: int = 50,
+        interval: Steps = 50,
         ema: float = 0.6,
         num_val_images: int = 4,
         report_views: int = 10,
@@ -96,17 +111,16 @@ class LogHook(Hook):
         losses = {name: value.detach() for name, value in outputs["losses"].items()}
         self._update_ema(losses["loss"])
         due = self.every_n_steps(trainer, self.interval) or self.is_last_step(trainer)
-        lrs = {name: optimizer.param_groups[0]["lr"] for name, optimizer in trainer.optimizers.items()}
-        runtime_info = getattr(trainer, "runtime_info", {})  # what other hooks measured
+        lrs = trainer.learning_rates()
+        runtime_info = trainer.runtime_info  # what other hooks measured
         if due or self._fields is None:
             # The only device-to-host read of the step's values, once per log interval (and on
             # the first step, for the progress display): running values stay on the device.
             values = self._read({**{f"loss/{k}": v for k, v in losses.items()}, "ema": self._ema_tensor,
                                  **{k: v for k, v in runtime_info.items() if isinstance(v, torch.Tensor)}})
             self.ema_loss = values.pop("ema")
-            self._fields = {"loss": self.ema_loss, "gaussians": trainer.model.num_gaussians, "lr": lrs["means"]}
-            if trainer.last_metrics.get("psnr") is not None:
-                self._fields["psnr"] = trainer.last_metrics["psnr"]
+            self._fields = {"ema_loss": self.ema_loss, "gaussians": trainer.model.num_gaussians,
+                            **_shown_lr(lrs), **_shown_validation(trainer.last_metrics)}
         if self._progress is not None:
             self._progress.update(step, self._fields)
         if due:
@@ -122,7 +136,7 @@ class LogHook(Hook):
             self._timed_seconds, self._timed_steps = 0.0, 0
             trainer.writers.write_scalars(scalars, step)
 
-    def set_paused(self, trainer, paused: bool) -> None:
+    def on_pause(self, trainer, paused: bool) -> None:
         """The progress bar says "paused" (ETA and rate leave the paused time out)."""
         if self._progress is not None:
             self._progress.set_paused(paused, trainer.step)
@@ -171,6 +185,9 @@ class LogHook(Hook):
             validation_table(trainer.step, trainer.val_per_view, mean, self.previous_val, self.report_views)
         )
         self.previous_val = mean
+        if self._progress is not None and self._fields is not None:  # the bar shows this validation, the last one too
+            self._fields.update(_shown_validation(metrics))
+            self._progress.refresh(trainer.step, self._fields)
 
     def after_train(self, trainer) -> None:
         self._close()

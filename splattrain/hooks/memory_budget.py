@@ -10,6 +10,7 @@ import torch
 
 from ..errors import ConfigError
 from ..registry import HOOKS
+from ..steps import Window
 from . import state as state_values
 from .base import Hook, Priority
 
@@ -94,7 +95,7 @@ class MemoryBudgetHook(Hook):
     def __init__(
         self,
         max_memory: float,
-        warmup_steps: int = 100,
+        warmup_steps: Window = 100,
         strategy: str = "greedy",
         max_gaussians: Optional[int] = None,
         debug_freq: int = 100,
@@ -118,7 +119,6 @@ class MemoryBudgetHook(Hook):
         self.pixels = 0  # the most pixels a training step renders
         self.cap: Optional[int] = None
         self.pruned = 0
-        self._strategy_limit: Optional[int] = None  # the strategy's configured cap, if any
         self._recent_count = 0  # the most Gaussians since the previous sample
         self._measured = 0.0  # the peak at the previous sample
         self._interval_peaks = False  # whether each sample is the peak since the previous one
@@ -131,18 +131,15 @@ class MemoryBudgetHook(Hook):
         return float(peak_resident_bytes())
 
     def before_run(self, trainer) -> None:
-        """Note the strategy's configured cap and the configured training size (a resolution
+        """Check the strategy can cap its growth; note the configured training size (a resolution
         schedule shrinks the views only from ``before_train`` on)."""
-        if not getattr(trainer.strategy, "supports_cap", False):
-            raise ConfigError(
-                f"MemoryBudgetHook steers the strategy's cap on the number of Gaussians, but strategy "
-                f"{type(trainer.strategy).__name__} has none (supports_cap); use a strategy with max_gaussians "
-                "or disable the hook"
-            )
-        limit = int(trainer.strategy.max_gaussians)
-        self._strategy_limit = limit if limit > 0 else None
+        try:
+            trainer.cap_gaussians(self.max_gaussians)
+        except ConfigError as err:
+            raise ConfigError(f"MemoryBudgetHook steers the cap on the number of Gaussians: {err}, "
+                              "or disable the hook") from None
         largest = max(f.camera.width * f.camera.height for f in trainer.data.train_frames)
-        self.pixels = max(self.pixels, largest * int(trainer.cfg.trainer.batch_size))
+        self.pixels = max(self.pixels, largest * trainer.schedule.batch_size)
 
     def before_train(self, trainer) -> None:
         self._interval_peaks = self._reset_peak(trainer)
@@ -158,7 +155,7 @@ class MemoryBudgetHook(Hook):
         """Sample, fit at the end of the warm-up, and bound the densification about to run."""
         count = trainer.model.num_gaussians
         # every rank acts on the largest reading of any rank, so all replicas take the same decisions
-        pixels, measured = trainer.dist.max_over_ranks([float(outputs["render"].rgb[..., 0].numel()), self._peak(trainer)])
+        pixels, measured = trainer.max_over_ranks([float(outputs["render"].rgb[..., 0].numel()), self._peak(trainer)])
         pixels = int(pixels)
         self.pixels = max(self.pixels, pixels)
         self.last_peak = measured
@@ -229,16 +226,14 @@ class MemoryBudgetHook(Hook):
 
     # -- steering ----------------------------------------------------------------------
     def _limit_growth(self, trainer) -> None:
-        """Set the strategy's cap: its configured cap, the hard cap, and once fitted, the
-        current count plus the share of the headroom left to the cap one step may take."""
-        limits = [x for x in (self._strategy_limit, self.max_gaussians) if x is not None]
+        """Cap growth (with the strategy's own cap, which the trainer keeps): the hard cap, and once
+        fitted, the current count plus the share of the headroom left to the cap one step may take."""
+        limits = [x for x in (self.max_gaussians,) if x is not None]
         if self.cap is not None:
             count = trainer.model.num_gaussians
             share = _STRATEGIES[self.strategy][2]
             limits.append(min(self.cap, count + math.ceil(share * max(0, self.cap - count))))
-        if not limits:
-            return
-        trainer.strategy.max_gaussians = min(limits)
+        trainer.cap_gaussians(min(limits) if limits else None)
 
     def after_train_iter(self, trainer, step: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
         self._recent_count = max(self._recent_count, trainer.model.num_gaussians)
@@ -259,7 +254,7 @@ class MemoryBudgetHook(Hook):
         excess = trainer.model.num_gaussians - limit
         drop = torch.zeros_like(opacities, dtype=torch.bool)
         drop[torch.topk(opacities, excess, largest=False).indices] = True
-        trainer.strategy.remove_gaussians(trainer.model.params, trainer.optimizers, trainer.strategy_state, drop)
+        trainer.remove_gaussians(drop)
         self.pruned += excess
 
     def after_run(self, trainer) -> None:

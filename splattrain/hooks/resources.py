@@ -8,6 +8,7 @@ from typing import Any, Dict, Optional
 import torch
 
 from ..registry import HOOKS
+from ..steps import Count, Steps
 from .base import Hook, Priority
 
 
@@ -34,7 +35,7 @@ class EmptyCacheHook(Hook):
 
     priority = Priority.NORMAL
 
-    def __init__(self, before_val: bool = False, after_val: bool = True, interval: int = 0) -> None:
+    def __init__(self, before_val: bool = False, after_val: bool = True, interval: Count = 0) -> None:
         super().__init__()
         self.free_before_val = before_val
         self.free_after_val = after_val
@@ -76,8 +77,8 @@ class ProfilerHook(Hook):
 
     def __init__(
         self,
-        start: int = 10,
-        steps: int = 5,
+        start: Steps = 10,
+        steps: Count = 5,
         top: int = 15,
         record_shapes: bool = False,
         profile_memory: bool = False,
@@ -117,5 +118,5 @@ class ProfilerHook(Hook):
         profiler.export_chrome_trace(str(self.trace_path))
         sort_by = "self_cuda_time_total" if trainer.device.type == "cuda" else "self_cpu_time_total"
         self.summary = profiler.key_averages().table(sort_by=sort_by, row_limit=self.top)
-        trainer.console.print(f"profile of steps {self.start}..{trainer.step} (trace: {self.trace_path})")
+        trainer.console.info(f"profile of steps {self.start}..{trainer.step} (trace: {self.trace_path})")
         trainer.console.print(self.summary)

@@ -1,9 +1,10 @@
 """What hooks and plugins may read and call on the trainer: the :class:`Trainer` protocol, the
-:class:`StepOutputs` of a training step and the validation outputs.
+:class:`RunSchedule` every step reads, the :class:`StepOutputs` of a training step.
 
-Hooks receive the trainer as their first argument. They read its state and steer the run only
-through the calls below (``request_stop``, ``request_validation``, ``request_checkpoint``); they do
-not assign trainer attributes (the engine resolves run folders and the rescue policy from config).
+Hooks receive the trainer as their first argument. They read what the protocol lists and steer
+the run only through its calls (stop, validate, checkpoint, cap or remove Gaussians, change the
+training resolution, pause the clock); they never assign trainer attributes. Hooks decide *when*;
+the engine *does*.
 """
 
 from __future__ import annotations
@@ -11,22 +12,21 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Protocol, runtime_checkable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
 
 import torch
 from omegaconf import DictConfig
 from torch import Tensor
 
+from ..model.gaussians import degree_for_step
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..console import Console
     from ..data.pipeline import DataPipeline
-    from ..distributed.context import DistContext
     from ..losses.composite import Loss
-    from ..metrics import Evaluator
     from ..model.gaussians import GaussianModel
     from ..render.base import Renderer, RenderResult
-    from ..strategy.protocol import Strategy
-    from ..view_opt.corrections import ViewCorrections
     from ..writers.base import WriterGroup
 
 
@@ -71,37 +71,66 @@ class StepOutputs:
 _STEP_FIELDS = tuple(f.name for f in dataclasses.fields(StepOutputs))
 
 
+@dataclass(frozen=True)
+class RunSchedule:
+    """The run's step settings after scaling (``trainer.schedule_steps`` / ``steps_scaler``), fixed
+    for the whole run: what the training loop and hooks read. ``scaled`` lists each setting the
+    scaling changed, as ``"trainer.val_interval 80 (400 scaled by 400/2000)"``."""
+
+    max_steps: int  # trainer.max_steps
+    batch_size: int  # trainer.batch_size: views rendered together
+    views_per_step: int  # batch_size x optim.accumulate_steps
+    val_interval: int  # trainer.val_interval (0: only at the last step)
+    val_begin: int  # trainer.val_begin
+    sh_degree: int  # model.sh_degree
+    sh_degree_interval: int  # model.sh_degree_interval
+    render_depth: bool  # training renders carry depth (trainer.render_depth, or a loss term reads it)
+    scaled: Tuple[str, ...] = ()
+
+    def sh_degree_at(self, step: int) -> int:
+        """The SH degree in force at ``step`` (raised by one every ``sh_degree_interval`` steps)."""
+        return degree_for_step(step, self.sh_degree_interval, self.sh_degree)
+
+    def validates_at(self, step: int) -> bool:
+        """Whether validation runs after ``step`` (every ``val_interval`` from ``val_begin``, and the last)."""
+        periodic = self.val_interval > 0 and step % self.val_interval == 0 and step >= self.val_begin
+        return step == self.max_steps or periodic
+
+
+#: Called with ``sources`` (LongTensor [N_new]: the old row of each new row, -1 for a new Gaussian)
+#: and the parameters after a densification or removal changed the rows.
+GaussiansMoved = Callable[[torch.Tensor, Dict[str, torch.Tensor]], None]
+
+
 @runtime_checkable
 class Trainer(Protocol):
     """The trainer as hooks and plugins see it (:class:`~splattrain.engine.DefaultTrainer` is one).
 
-    Validation calls ``after_val_iter(index, batch, {"render": RenderResult, "metrics": scores})``
-    per test view and ``after_val(metrics)`` with the mean metrics (``step``, ``psnr``, ``ssim``,
-    ``lpips`` when on); ``console`` has ``info`` / ``warning`` (only rank 0 prints).
+    Everything here is read only: hooks steer through the calls at the end. Validation calls
+    ``after_val_iter(index, batch, {"render": RenderResult, "metrics": scores})`` per test view and
+    ``after_val(metrics)`` with the mean metrics (``step``, ``psnr``, ``ssim``, ``lpips``; a metric
+    that could not be computed is ``None``). ``console`` has ``info`` / ``warning`` / ``debug``
+    (only rank 0 prints).
     """
 
-    cfg: DictConfig  #: the resolved config (read only)
+    cfg: DictConfig  #: the resolved config
     console: "Console"
-    run_dir: Path
-    checkpoint_dir: Path  #: resolved from config (``default_hooks.checkpoint.out_dir`` or ``run_dir/ckpt``)
+    run_dir: Path  #: the run folder (files a hook writes go inside it)
     device: torch.device
-    step: int  #: the running (or last) step, from 1
+    step: int  #: the running (or last completed) step, from 1
     max_steps: int
-    data: "DataPipeline"
+    schedule: RunSchedule
+    scene_scale: float  #: the training cameras' extent in world units
+    background: torch.Tensor  #: [3] the validation background colour
+    data: "DataPipeline"  #: the scene's views (train_frames, test_frames)
     model: "GaussianModel"
     renderer: "Renderer"
     loss: "Loss"
-    optimizers: Dict[str, torch.optim.Optimizer]
-    schedulers: List[Any]
-    strategy: "Strategy"
-    strategy_state: Dict[str, Any]
-    view_opt: "ViewCorrections"
     writers: "WriterGroup"
-    evaluator: Optional["Evaluator"]
-    last_metrics: Dict[str, Any]  #: the last validation's mean metrics
+    last_metrics: Dict[str, Any]  #: the last validation's mean metrics ({} before the first)
     val_per_view: List[Dict[str, Any]]  #: the last validation's per-view scores
-    dist: "DistContext"
-    resume_hint: str  #: the command that resumes this run
+    runtime_info: Dict[str, Any]  #: readings hooks publish for the log (``time/step``, ``grad_norm/before``)
+    train_seconds: float  #: time spent in training steps so far (pauses left out)
 
     @property
     def rank(self) -> int: ...
@@ -110,12 +139,14 @@ class Trainer(Protocol):
     def world_size(self) -> int: ...
 
     @property
-    def is_main(self) -> bool: ...
+    def is_main(self) -> bool:
+        """True on rank 0, the rank that writes files and prints."""
 
     @property
     def stop_reason(self) -> Optional[str]:
         """Why the run was asked to stop (None while it goes on)."""
 
+    # -- steering --------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
         """End the run after the current step (every rank at the same step), with a final
         validation, a checkpoint and ``results.json`` recording ``stopped: {step, reason}``."""
@@ -126,10 +157,45 @@ class Trainer(Protocol):
     def request_checkpoint(self) -> None:
         """Save a resumable checkpoint after the current step."""
 
-    def validate(self) -> Dict[str, Any]: ...
+    def validate(self) -> Dict[str, Any]:
+        """Validate now (every rank must call it); returns the mean metrics."""
 
-    def save_checkpoint(self, path: Path, link_last: bool = True) -> Path: ...
+    def save_checkpoint(self, name: Optional[str] = None, keep_last: int = 0) -> Path:
+        """Save a resumable checkpoint of the current step now (every rank calls it; rank 0 writes):
+        ``ckpt/step_XXXXXX.pt`` (and ``last.pt``) by default, ``ckpt/<name>.pt`` when named
+        (``best``); ``keep_last`` > 0 removes older step checkpoints beyond that many."""
 
-    def checkpoint_state(self) -> Dict[str, Any]: ...
+    def export_scene(self, name: str, fmt: str = "ply") -> Optional[Path]:
+        """Write the current Gaussians to ``<run_dir>/<name>`` in ``fmt`` (ply, ply-compressed, spz,
+        splat) on rank 0; ``name`` may hold subfolders (``ply/step_000100.ply``)."""
 
-    def call_hook(self, point: str, *args: Any) -> None: ...
+    def publish(self, formats: Sequence[str]) -> Optional[Path]:
+        """Write ``ckpt/published.pt`` (Gaussians and config, no training state) and the scene in each
+        format (``scene.ply``, ...) on rank 0; returns the checkpoint's path."""
+
+    def cap_gaussians(self, limit: Optional[int]) -> None:
+        """Let densification grow the scene to at most ``limit`` Gaussians from now on (together with
+        the strategy's own ``max_gaussians``; None lifts this bound). A ConfigError when the
+        strategy cannot cap its growth."""
+
+    def remove_gaussians(self, mask: torch.Tensor) -> None:
+        """Remove the Gaussians where ``mask`` ([N] bool) is True, with their optimizer and
+        strategy state (listeners of :meth:`on_gaussians_moved` hear of it)."""
+
+    def on_gaussians_moved(self, listener: GaussiansMoved) -> None:
+        """Call ``listener(sources, params)`` whenever densification or a removal changes the rows."""
+
+    def set_train_resolution(self, factor: float) -> None:
+        """Train on the views shrunk by ``factor`` (1: as loaded) from the next step on; validation
+        keeps the loaded resolution."""
+
+    def paused(self) -> AbstractContextManager[None]:
+        """A context in which the run is paused: its time is left out of ``train_seconds`` and
+        hooks hear ``on_pause(trainer, True)`` / ``(trainer, False)``."""
+
+    def learning_rates(self) -> Dict[str, float]:
+        """The current learning rate of each parameter group (``means``, ``scales``, ...)."""
+
+    def max_over_ranks(self, values: Sequence[float]) -> List[float]:
+        """The largest of each value over the ranks (the values themselves in a single process);
+        every rank must call it at the same point."""

@@ -88,25 +88,20 @@ class ViewerHook(Hook):
 
     # -- life cycle ----------------------------------------------------------------------
     def before_run(self, trainer) -> None:
-        from ..viewer.server import ViewerServer, ViewerSettings
-        from ..viewer.service import RenderBudget, ViewService
-        from ..viewer.session import add_scene_cameras
+        from ..viewer.launch import open_viewer
+        from ..viewer.server import ViewerSettings
+        from ..viewer.service import RenderBudget
 
         settings = ViewerSettings(mode=self.render_mode, resolution=self.resolution, train_share=self.train_share,
                                   refresh=self.refresh, show_cameras=self.cameras)
-        self.server = ViewerServer(self.host, self.port, title=f"splattrain: {trainer.cfg.name}", training=True,
-                                   settings=settings, allow_origins=self.allow_origins, warn=trainer.console.warning)
-        self.service = ViewService(self.server, trainer.renderer, trainer.background, trainer.run_dir / "viewer",
-                                   log=trainer.console.info)
+        data = trainer.data
+        viewer = open_viewer(trainer.console, trainer.cfg.name, trainer.renderer, trainer.background,
+                             trainer.run_dir / "viewer", self.host, self.port, training=True, settings=settings,
+                             allow_origins=self.allow_origins, train=data.train_frames, test=data.test_frames,
+                             scene_scale=trainer.scene_scale, thumbnails=self.thumbnails)
+        self.server, self.service = viewer.server, viewer.service
         self.budget = RenderBudget(self.train_share)
         self._trainer = trainer
-        data = trainer.data
-        add_scene_cameras(self.server, data.train_frames, data.test_frames, trainer.scene_scale, self.thumbnails,
-                          trainer.background.tolist())
-        if self.server.port != self.port and self.port != 0:
-            trainer.console.warning(f"viewer port {self.port} was taken; using {self.server.port}")
-        trainer.console.info(f"viewer: [bold]{self.server.url}[/bold]  (from another machine: "
-                             f"ssh -L {self.server.port}:localhost:{self.server.port} <this host>)")
         if self.start_paused:
             self.server.set_paused(True)
 
@@ -114,7 +109,7 @@ class ViewerHook(Hook):
         self._last_end = time.perf_counter()
         self._update_stats(trainer, force=True)
         if self.server is not None and self.server.paused:
-            self._hold(trainer, in_step=False)
+            self._hold(trainer)
 
     def after_train_iter(self, trainer, step: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
         server = self.server
@@ -134,7 +129,7 @@ class ViewerHook(Hook):
                 self.budget.spend(self.service.serve_one(trainer.model, outputs["sh_degree"], server.settings.refresh))
             self._update_stats(trainer)
         if server.paused:
-            self._hold(trainer, outputs["sh_degree"], in_step=True)
+            self._hold(trainer, outputs["sh_degree"])
         self._last_end = time.perf_counter()
 
     def after_val(self, trainer, metrics: Dict[str, Any]) -> None:
@@ -156,31 +151,25 @@ class ViewerHook(Hook):
         """Let a paused run continue (what the Resume button does)."""
         self.server.set_paused(False)
 
-    def _hold(self, trainer, sh_degree: Optional[int] = None, in_step: bool = True) -> None:
-        """Wait between two steps until Resume (or a signal that stops the run); ``in_step``:
-        called inside a step the trainer times (its after_train_iter)."""
-        from ..model.gaussians import degree_for_step
+    def _hold(self, trainer, sh_degree: Optional[int] = None) -> None:
+        """Wait between two steps until Resume (or a signal that stops the run); the trainer
+        leaves the pause out of the training time and tells the other hooks."""
         from ..viewer.server import wait_for
 
         if sh_degree is None:
-            settings = trainer.step_settings
-            sh_degree = degree_for_step(max(1, trainer.step), settings.sh_degree_interval, settings.sh_degree)
+            sh_degree = trainer.schedule.sh_degree_at(max(1, trainer.step))
         started = time.perf_counter()
         trainer.console.info(f"viewer: paused at step {trainer.step}")
-        _tell_hooks(trainer, paused=True)
-        self._update_stats(trainer, force=True)
         try:
-            while self.server.paused and interrupts.pending() is None:
-                if self.server.take_save_request():
-                    self._save(trainer)
-                self.service.serve_waiting(trainer.model, sh_degree)
-                wait_for(self.server.wake, 0.1)
+            with trainer.paused():
+                self._update_stats(trainer, force=True)
+                while self.server.paused and interrupts.pending() is None:
+                    if self.server.take_save_request():
+                        self._save(trainer)
+                    self.service.serve_waiting(trainer.model, sh_degree)
+                    wait_for(self.server.wake, 0.1)
         finally:
-            held = time.perf_counter() - started
-            self.paused_seconds += held
-            if in_step:
-                trainer.train_seconds -= held  # the trainer counts this step's time, pause included
-            _tell_hooks(trainer, paused=False)
+            self.paused_seconds += time.perf_counter() - started
             if self.server.paused:  # a stop signal ends the pause: the run stops at the trainer's next safe point
                 self.server.set_paused(False)
             else:
@@ -188,7 +177,7 @@ class ViewerHook(Hook):
             self._update_stats(trainer, force=True)
 
     def _save(self, trainer) -> None:
-        path = trainer.save_checkpoint(trainer.checkpoint_dir / f"step_{trainer.step:06d}.pt")
+        path = trainer.save_checkpoint()
         trainer.console.info(f"viewer: saved a checkpoint at step {trainer.step} to {path}")
         self.server.notify(None, "Checkpoint saved", str(path))
 
@@ -219,10 +208,3 @@ class ViewerHook(Hook):
         state = "finished" if finished else ("paused" if self.server.paused else "training")
         self.server.set_stats(stats_markdown(self.status(), state))
 
-
-def _tell_hooks(trainer, paused: bool) -> None:
-    """Hooks that show progress or time steps implement ``set_paused(trainer, paused)``."""
-    for hook in trainer.hooks.hooks:
-        method = getattr(hook, "set_paused", None)
-        if callable(method):
-            method(trainer, paused)

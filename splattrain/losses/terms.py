@@ -126,7 +126,7 @@ class DepthLoss(LossTerm):
         self.relative = relative
 
     def unavailable(self, trainer: Any) -> Optional[str]:
-        if not getattr(trainer.data, "has_depths", False):
+        if not trainer.data.has_depths:
             return "the dataset has no depth maps (a depths/ folder beside the images)"
         return None
 

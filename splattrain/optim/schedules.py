@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import ConfigError
+from ..steps import scale_count
 
 _COMMON = {"warmup_steps": 0, "warmup_ratio": 0.1}
 
@@ -233,3 +234,21 @@ def _check(kind: str, o: Dict[str, Any], where: str) -> None:
     if kind == "one-cycle":
         need(0.0 < o["pct_start"] < (0.5 if o["three_phase"] else 1.0),
              "pct_start must be in (0, 1) (three_phase: (0, 0.5))")
+
+
+#: The options of a schedule that count steps (they follow the run's length; splattrain.steps).
+STEP_OPTIONS = ("milestones", "step_size", "periods", "warmup_steps")
+
+
+def scale_schedule_steps(specs: Dict[str, Dict[str, Any]], factor: float, where: str = "optim.schedules") -> List[Tuple[str, Any, Any]]:
+    """Scale the step-counting options of ``optim.schedules`` (group -> spec) in place; returns
+    ``(key path, written, scaled)`` per change."""
+    changes = []
+    for group, spec in specs.items():
+        for key in STEP_OPTIONS:
+            if spec.get(key) is not None:
+                scaled = scale_count(spec[key], factor)
+                if scaled != spec[key]:
+                    changes.append((f"{where}.{group}.{key}", spec[key], scaled))
+                    spec[key] = scaled
+    return changes

@@ -4,12 +4,13 @@ gradients, prune transparent or huge ones, reset opacities periodically."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Tuple
 
 import torch
 from torch import Tensor
 
 from ..registry import STRATEGIES
+from ..steps import Steps, Window
 from . import ops
 from .protocol import Info, Strategy
 from .statistics import accumulate_packed, accumulate_visible
@@ -36,27 +37,32 @@ class DefaultStrategy(Strategy):
     grow_scale2d: float = 0.05
     prune_scale3d: float = 0.1
     prune_scale2d: float = 0.15
-    refine_scale2d_stop_iter: int = 0
-    refine_start_iter: int = 500
-    refine_stop_iter: int = 15_000
-    reset_every: int = 3000
-    refine_every: int = 100
-    pause_refine_after_reset: int = 0
+    refine_scale2d_stop_iter: Steps = 0
+    refine_start_iter: Steps = 500
+    refine_stop_iter: Steps = 15_000
+    reset_every: Steps = 3000
+    refine_every: Window = 100
+    pause_refine_after_reset: Steps = 0
     absgrad: bool = False
     revised_opacity: bool = False
     max_gaussians: int = 0
 
     supports_cap = True
-    step_options = ("refine_scale2d_stop_iter", "refine_start_iter", "refine_stop_iter", "reset_every",
-                    "pause_refine_after_reset")
-    window_options = ("refine_every",)
 
-    def events(self, max_steps: int) -> Dict[str, List[int]]:
-        """Refinement and opacity-reset steps within ``max_steps`` (as :meth:`step_post_backward` runs them)."""
-        last = min(max_steps, self.refine_stop_iter - 1)
-        refine = [s for s in range(self.refine_every, last + 1, self.refine_every)
-                  if s > self.refine_start_iter and s % self.reset_every >= self.pause_refine_after_reset]
-        return {"refine": refine, "reset": list(range(self.reset_every, last + 1, self.reset_every))}
+    def refines_at(self, step: int) -> bool:
+        """Clone, split and prune after ``step``: every ``refine_every`` steps after
+        ``refine_start_iter`` and before ``refine_stop_iter`` (not within ``pause_refine_after_reset``
+        steps after an opacity reset)."""
+        return (self.refine_start_iter < step < self.refine_stop_iter and step % self.refine_every == 0
+                and step % self.reset_every >= self.pause_refine_after_reset)
+
+    def resets_at(self, step: int) -> bool:
+        """Reset the opacities after ``step``: every ``reset_every`` steps before ``refine_stop_iter``."""
+        return 0 < step < self.refine_stop_iter and step % self.reset_every == 0
+
+    def last_event_step(self, max_steps: int) -> int:
+        """No refinement or reset at or after ``refine_stop_iter``."""
+        return min(max_steps, self.refine_stop_iter - 1)
 
     def initialize_state(self, scene_scale: float = 1.0) -> Dict[str, Any]:
         """Running sums of image-plane gradient norms and visibility counts (allocated at first use)."""
@@ -74,8 +80,7 @@ class DefaultStrategy(Strategy):
         if step >= self.refine_stop_iter:
             return
         self.accumulate(params, state, step, info)
-        if step > self.refine_start_iter and step % self.refine_every == 0 \
-                and step % self.reset_every >= self.pause_refine_after_reset:
+        if self.refines_at(step):
             self.sync_statistics(state)  # ranks accumulate locally and combine only to decide
             self.grow(params, optimizers, state, step)
             self.prune(params, optimizers, state, step)
@@ -83,7 +88,7 @@ class DefaultStrategy(Strategy):
             state["count"].zero_()
             if self.refine_scale2d_stop_iter > 0:
                 state["radii"].zero_()
-        if step > 0 and step % self.reset_every == 0:
+        if self.resets_at(step):
             ops.reset_opacity(params, optimizers, value=self.prune_opa * 2.0)
 
     def reduced_statistics(self, state: Dict[str, Any]) -> Dict[str, str]:

@@ -9,6 +9,7 @@ import torch
 
 from ..errors import ConfigError
 from ..registry import STRATEGIES
+from ..steps import Steps, Window
 from . import relocation
 from .protocol import Info, Strategy
 
@@ -29,18 +30,20 @@ class MCMCStrategy(Strategy):
     max_gaussians: int = 0
     min_opacity: float = 0.005
     noise_lr: float = 5e5
-    refine_start_iter: int = 500
-    refine_stop_iter: int = 25_000
-    refine_every: int = 100
+    refine_start_iter: Steps = 500
+    refine_stop_iter: Steps = 25_000
+    refine_every: Window = 100
 
     supports_cap = True
-    step_options = ("refine_start_iter", "refine_stop_iter")
-    window_options = ("refine_every",)
 
-    def events(self, max_steps: int) -> Dict[str, List[int]]:
-        """Relocation-and-growth steps within ``max_steps``."""
-        last = min(max_steps, self.refine_stop_iter - 1)
-        return {"refine": [s for s in range(self.refine_every, last + 1, self.refine_every) if s > self.refine_start_iter]}
+    def refines_at(self, step: int) -> bool:
+        """Relocate and grow after ``step``: every ``refine_every`` steps between ``refine_start_iter``
+        and ``refine_stop_iter``."""
+        return self.refine_start_iter < step < self.refine_stop_iter and step % self.refine_every == 0
+
+    def last_event_step(self, max_steps: int) -> int:
+        """No relocation at or after ``refine_stop_iter``."""
+        return min(max_steps, self.refine_stop_iter - 1)
 
     def __post_init__(self) -> None:
         if self.max_gaussians <= 0:
@@ -61,7 +64,7 @@ class MCMCStrategy(Strategy):
     def step_post_backward(self, params, optimizers, state: Dict[str, Any], step: int, info: Info) -> None:
         """Relocate and add Gaussians when due, then add position noise at the current means rate."""
         state["binoms"] = binoms = state["binoms"].to(params["means"].device)
-        if self.refine_start_iter < step < self.refine_stop_iter and step % self.refine_every == 0:
+        if self.refines_at(step):
             dead = torch.sigmoid(params["opacities"].flatten()) <= self.min_opacity
             if dead.any():
                 self.reindexed(relocation.relocate(params, optimizers, dead, binoms, self.min_opacity), params)

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
+from ..steps import check_step_annotations, option_defaults, scale_options, step_kinds
 from . import ops
 
 #: Called with ``sources`` (LongTensor [N_new]: the row each Gaussian continues, -1 for one that was
@@ -71,18 +72,22 @@ class Strategy:
     must come from generators seeded alike on every rank and draw the same amounts (the global
     torch generator is: every rank has the same seed and the same parameters).
 
+    A minimal strategy overrides :meth:`step_post_backward` (and :meth:`step_pre_backward` if it
+    reads gradients of ``info``); everything else has a default.
+
+    Step-valued fields are annotated :data:`~splattrain.steps.Steps` (a point or period in the
+    run: they follow ``trainer.schedule_steps`` and ``steps_scaler``) or
+    :data:`~splattrain.steps.Window` (how many steps of statistics a decision reads: only
+    ``steps_scaler``); :meth:`scale_steps` scales them. A strategy that refines or resets on a
+    schedule says when in :meth:`refines_at` / :meth:`resets_at`, which its step uses and from
+    which :meth:`events` lists the run's events.
+
     Caps: a strategy that can bound the number of Gaussians sets ``supports_cap = True`` and has
-    a ``max_gaussians`` field (0: no cap) that it honours when growing; hooks (MemoryBudgetHook)
-    may lower it during a run.
+    a ``max_gaussians`` field (0: no cap) that it honours when growing; the trainer lowers it
+    during a run when a hook asks (:meth:`limit_growth`).
     """
 
     supports_cap: bool = False
-    #: The fields holding step counts; ``trainer.steps_scaler`` / ``schedule_steps`` scale them.
-    step_options: Tuple[str, ...] = ()
-    #: Fields holding how many steps of statistics a decision reads (``refine_every``):
-    #: ``trainer.steps_scaler`` scales them, ``schedule_steps`` does not (a shorter run would
-    #: otherwise decide from fewer views and refine more often).
-    window_options: Tuple[str, ...] = ()
 
     # -- what the trainer calls ------------------------------------------------------------
     def check_sanity(self, params: Mapping[str, Tensor], optimizers: Mapping[str, torch.optim.Optimizer]) -> None:
@@ -94,10 +99,48 @@ class Strategy:
             if len(optimizer.param_groups) != 1 or len(optimizer.param_groups[0]["params"]) != 1:
                 raise ConfigError(f"strategy {type(self).__name__}: optimizer '{name}' must hold exactly one parameter")
 
+    # -- when it changes the scene ---------------------------------------------------------
+    def refines_at(self, step: int) -> bool:
+        """Whether the scene is refined (grown, pruned, relocated) after ``step``; never by default."""
+        return False
+
+    def resets_at(self, step: int) -> bool:
+        """Whether the opacities are reset after ``step``; never by default."""
+        return False
+
+    def last_event_step(self, max_steps: int) -> int:
+        """The last step at which an event may happen (``max_steps`` by default): :meth:`events`
+        looks no further."""
+        return max_steps
+
     def events(self, max_steps: int) -> Dict[str, List[int]]:
-        """The steps at which this strategy changes the scene, by kind (``refine``, ``reset``); the
-        trainer refuses a ``reset`` in the last 5% of training and ``splattrain schedule`` shows them."""
-        return {}
+        """The steps within ``max_steps`` at which this strategy changes the scene, by kind
+        (``refine``, ``reset``; a kind the class never schedules is left out), from
+        :meth:`refines_at` / :meth:`resets_at`. The trainer refuses a ``reset`` in the last 5% of
+        training and ``splattrain schedule`` shows them."""
+        kinds = [(kind, getattr(self, method)) for kind, method in (("refine", "refines_at"), ("reset", "resets_at"))
+                 if getattr(type(self), method) is not getattr(Strategy, method)]
+        steps = range(1, self.last_event_step(max_steps) + 1)
+        return {kind: [s for s in steps if due(s)] for kind, due in kinds}
+
+    @classmethod
+    def scale_steps(cls, options: Dict[str, Any], run: float, window: float, where: str = "strategy") -> List[Tuple[str, Any, Any]]:
+        """Scale the :data:`~splattrain.steps.Steps` options in ``options`` (the ``strategy``
+        section) by ``run`` and the :data:`~splattrain.steps.Window` ones by ``window``, in place;
+        returns ``(key path, written, scaled)`` per change. ConfigError when a field that sounds like
+        a step count is a plain ``int``."""
+        check_step_annotations(cls, "strategy")
+        return scale_options(step_kinds(cls), options, option_defaults(cls), run, window, where)
+
+    def limit_growth(self, limit: Optional[int]) -> None:
+        """Grow to at most ``limit`` Gaussians from now on, together with the configured
+        ``max_gaussians`` (None: the configured cap alone). ConfigError without ``supports_cap``."""
+        if not self.supports_cap:
+            raise ConfigError(f"strategy {type(self).__name__} cannot cap the number of Gaussians (supports_cap); "
+                              "use a strategy with max_gaussians")
+        configured = self.__dict__.setdefault("_configured_cap", int(getattr(self, "max_gaussians", 0) or 0))
+        limits = [x for x in (configured or None, limit) if x is not None]
+        self.max_gaussians = min(limits) if limits else 0
 
     def fit_to_scene(self, facts: SceneFacts) -> None:
         """Called once when the trainer is built, before :meth:`initialize_state`: size options

@@ -4,6 +4,6 @@
 from . import (  # noqa: F401
     csv_writer, dvclive_writer, image, jsonl, mlflow_writer, neptune_writer, tensorboard, wandb_writer,
 )
-from .base import Writer, WriterGroup, check_writer_spec
+from .base import Writer, WriterGroup, build_writers, check_writer_spec
 
-__all__ = ["Writer", "WriterGroup", "check_writer_spec"]
+__all__ = ["Writer", "WriterGroup", "build_writers", "check_writer_spec"]

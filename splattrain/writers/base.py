@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, UserError
 from ..registry import WRITERS, check_options
 
 
@@ -153,3 +153,23 @@ def _describe(error: Exception, writer: Writer) -> str:
             error = OSError(error.errno, error.strerror or str(error), str(where))
         return describe_os_error(error)
     return f"{type(error).__name__}: {error}"
+
+
+def build_writers(specs: List[Mapping[str, Any]], run_dir: Path, warn: Callable[[str], None]) -> WriterGroup:
+    """The writers of a ``writers`` list, started in ``run_dir``. One that cannot start stops the run
+    with a ConfigError naming its entry, unless the entry says ``optional: true``: then it is
+    skipped with a warning."""
+    writers = []
+    for index, spec in enumerate(specs):
+        spec, where = dict(spec), f"writers[{index}]"
+        optional = bool(spec.pop("optional", False))
+        try:
+            writers.append(WRITERS.build(spec, where=where, run_dir=run_dir))
+        except Exception as err:
+            detail = str(err) if isinstance(err, UserError) else f"{type(err).__name__}: {err}"
+            if not optional:
+                raise ConfigError(f"{where}: writer {spec.get('type')!r} could not start ({detail}); "
+                                  "mark it optional: true to train without it") from None
+            warn(f"{where}: optional writer {spec.get('type')!r} could not start ({detail}); "
+                 "training goes on without it")
+    return WriterGroup(writers, warn=warn)

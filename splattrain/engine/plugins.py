@@ -1,8 +1,9 @@
 """Check a config's plugin sections (renderer, strategy, loss, view corrections, data, hooks, writers)
 against the registered classes, after importing the modules named in ``imports:``.
 
-Only the registries are used: each finds its built-ins from its declared locations, and each
-package decides how its section is checked (:meth:`splattrain.registry.Registry.set_checker`).
+The packages imported here register the built-in plugins (each registry holds what its package
+defines once imported); each package decides how its section is checked
+(:meth:`splattrain.registry.Registry.set_checker`).
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from typing import Any, Dict, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from .. import hooks, losses, render, strategy, view_opt, writers  # noqa: F401  (register the built-ins)
+from ..config.imports import import_user_modules
+from ..data import loading  # noqa: F401  (registers the built-in dataset readers)
 from ..errors import ConfigError
 from ..registry import APPEARANCE, DATASETS, HOOKS, LOSSES, POSE_OPT, RENDERERS, STRATEGIES, TRAINERS, WRITERS
-from .imports import import_user_modules
 
 
 def check_plugin_sections(cfg: DictConfig, config_dir: Optional[Path] = None) -> None:

@@ -1,0 +1,65 @@
+"""Hooks see the trainer only through the Trainer protocol: the built-in hooks read nothing else
+and assign nothing on it; the DefaultTrainer has everything the protocol lists."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+from typing import Dict, List, Set
+
+from conftest import REPO, tiny_config_text
+from splattrain.console import Console
+from splattrain.engine import DefaultTrainer, load_config
+from splattrain.hooks.trainer_api import Trainer
+
+HOOK_MODULES = sorted((REPO / "splattrain" / "hooks").glob("*.py"))
+
+
+def protocol_members() -> Set[str]:
+    """Every name the Trainer protocol declares: attributes, properties and calls."""
+    names = set(getattr(Trainer, "__annotations__", {}))
+    names |= {name for name, _ in inspect.getmembers(Trainer) if not name.startswith("_")}
+    return names
+
+
+def trainer_uses(path: Path) -> Dict[str, List[str]]:
+    """``{"read": [...], "assigned": [...]}``: the attributes a module reads and assigns on a
+    parameter named ``trainer`` (``trainer.x`` and ``trainer.x = ...``)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    read, assigned = [], []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "trainer":
+            (assigned if isinstance(node.ctx, ast.Store) else read).append(f"{path.name}:{node.lineno} {node.attr}")
+    return {"read": read, "assigned": assigned}
+
+
+def test_the_built_in_hooks_use_only_the_protocol() -> None:
+    members = protocol_members()
+    outside, assigned = [], []
+    for path in HOOK_MODULES:
+        if path.name == "trainer_api.py":
+            continue
+        uses = trainer_uses(path)
+        outside += [use for use in uses["read"] if use.split(" ")[1] not in members]
+        assigned += uses["assigned"]
+    assert not outside, f"hooks read trainer attributes outside the protocol: {outside}"
+    assert not assigned, f"hooks assign trainer attributes: {assigned}"
+
+
+def test_the_check_sees_what_a_hook_reads(tmp_path: Path) -> None:
+    """The scan is not blind: a module reading ``trainer.optimizers`` and assigning
+    ``trainer.step`` is caught."""
+    module = tmp_path / "sneaky.py"
+    module.write_text("def after_train_iter(self, trainer, step):\n    trainer.step = trainer.optimizers\n")
+    uses = trainer_uses(module)
+    assert [u.split(" ")[1] for u in uses["read"]] == ["optimizers"] and "optimizers" not in protocol_members()
+    assert [u.split(" ")[1] for u in uses["assigned"]] == ["step"]
+
+
+def test_the_default_trainer_has_every_protocol_member(tmp_path: Path) -> None:
+    (tmp_path / "cfg.yaml").write_text(tiny_config_text(tmp_path, steps=2))
+    trainer = DefaultTrainer(load_config(tmp_path / "cfg.yaml"), console=Console(quiet=True))
+    missing = sorted(name for name in protocol_members() if not hasattr(trainer, name))
+    assert not missing
+    assert isinstance(trainer, Trainer)
