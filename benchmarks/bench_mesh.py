@@ -7,7 +7,7 @@ Trains the demo (``configs/demo.yaml``) once per setting below (output in ``--ou
 unless ``--reuse``), exports a mesh from each run with median and with expected depth
 (``splattrain export --format mesh --world-frame original``), and scores every mesh against the
 points where the demo's test cameras' rays meet its analytic surfaces
-(:func:`splattrain.data.demo_scene.depth_map`, the ray tracer that made the images), in the
+(:func:`splattrain.synthetic.demo_scene.depth_map`, the ray tracer that made the images), in the
 dataset's own coordinates:
 
 - accuracy: mean distance from the mesh to the true surface points (4 x 4 rays per pixel);
@@ -41,7 +41,7 @@ from scipy.spatial import cKDTree
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from splattrain.data.demo_scene import depth_map  # noqa: E402
+from splattrain.synthetic.demo_scene import depth_map  # noqa: E402
 from splattrain.mesh.files import MeshArrays, read_mesh_ply  # noqa: E402
 
 #: The trained settings: name -> loss terms (the demo's own L1 + D-SSIM, then the regularisers).

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import tiny_config_text
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer
 from splattrain.errors import ConfigError

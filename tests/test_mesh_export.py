@@ -16,7 +16,7 @@ import torch
 
 from cli_check import assert_one_line_error, run_cli
 from conftest import REPO, tiny_config_text
-from splattrain.config import load_config
+from splattrain.engine import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer
 from splattrain.errors import DataError

@@ -128,6 +128,9 @@ def render(
             save_png(out_dir / "frames" / f"frame_{index:04d}.png", image)
             if depth != "none":
                 depth_map = result.median_depth if depth == "median" else result.depth
+                if depth_map is None:
+                    raise UserError(f"renderer {type(renderer).__name__} rendered no {depth} depth; "
+                                    "use --depth expected or none")
                 saved = save_depth_maps(out_dir / "depth", f"frame_{index:04d}", depth_map[0, ..., 0].cpu().numpy(),
                                         result.alpha[0, ..., 0].cpu().numpy())
                 scales[str(saved["png"])] = float(saved["scale"])  # type: ignore[arg-type]

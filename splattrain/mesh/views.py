@@ -46,6 +46,9 @@ def render_depth_views(renderer: Renderer, model: GaussianModel, cameras: Sequen
     for camera in cameras:
         result = renderer.render(model, [camera.to(device)], sh_degree, background, depth=mode)
         depth = result.median_depth if mode == "median" else result.depth
+        if depth is None:
+            raise UserError(f"renderer {type(renderer).__name__} rendered no {mode} depth; use another renderer"
+                            + (" or --depth expected" if mode == "median" else ""))
         covered = result.alpha[0, ..., 0] >= MIN_ALPHA
         depth = torch.where(covered & torch.isfinite(depth[0, ..., 0]), depth[0, ..., 0], 0.0).clamp_min(0.0)
         yield DepthView(to_uint8(result.rgb[0]), depth.float().cpu().numpy(), camera)
