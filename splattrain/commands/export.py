@@ -42,7 +42,7 @@ def export(
     if fmt not in EXPORT_FORMATS:
         raise UserError(f"--format {fmt!r}: use one of {', '.join(EXPORT_FORMATS)}")
     if fmt == "mesh":
-        (mesh or MeshOptions()).check()
+        (mesh or MeshOptions()).check(None if out is None else Path(out))
     snapshot = load_snapshot(target, "cpu", imports, trust_config)
     if world_frame is None:
         world_frame = OmegaConf.select(snapshot.cfg, "export.world_frame", default="normalized")

@@ -36,14 +36,21 @@ class MeshOptions:
     components: int = DEFAULT_COMPONENTS
     min_views: float = 3.0
 
-    def check(self) -> None:
+    def check(self, out: Optional[Path] = None) -> None:
+        """UserError in one line for a bad option (and an ``out`` that is not .ply or .obj)."""
         check_depth_mode(self.depth)
         for name in ("voxel_size", "trunc", "max_depth"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise UserError(f"--{name.replace('_', '-')} must be a positive number, got {value}")
+        if self.voxel_size is not None and self.trunc is not None and self.trunc < self.voxel_size:
+            raise UserError(f"--trunc must be at least the voxel size ({self.voxel_size:.4g}), got {self.trunc}")
         if self.components < 0:
             raise UserError(f"--components must be >= 0 (0 keeps all), got {self.components}")
+        if not (math.isfinite(self.min_views) and self.min_views >= 1):
+            raise UserError(f"--min-views must be at least 1, got {self.min_views}")
+        if out is not None and Path(out).suffix.lower() not in MESH_SUFFIXES:
+            raise UserError(f"--out {out}: a mesh is written as .ply or .obj")
 
 
 def _world_scale(snapshot: Snapshot, world_frame: str) -> tuple[float, np.ndarray]:
@@ -58,9 +65,7 @@ def _world_scale(snapshot: Snapshot, world_frame: str) -> tuple[float, np.ndarra
 def export_mesh(snapshot: Snapshot, console: Console, path: Path, world_frame: str, options: MeshOptions) -> Path:
     """Fuse ``options.depth`` depth from every training camera into a TSDF, extract a coloured mesh,
     keep its largest components and write it to ``path`` (.ply or .obj) in ``world_frame``."""
-    options.check()
-    if path.suffix.lower() not in MESH_SUFFIXES:
-        raise UserError(f"--out {path}: a mesh is written as .ply or .obj")
+    options.check(path)
     import_open3d()  # the one-line install hint before any work
     start = time.perf_counter()
     scale, shift = _world_scale(snapshot, world_frame)
