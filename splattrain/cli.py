@@ -77,22 +77,28 @@ def _parser() -> argparse.ArgumentParser:
     rd.add_argument("--frames", type=int, default=60, help="frames in an orbit")
     rd.add_argument("--fps", type=int, default=15)
     rd.add_argument("--out", help="output folder (default RUN_DIR/renders/<path>_step_XXXXXX)")
+    rd.add_argument("--depth", default="median",
+                    help="depth maps written to OUT/depth/: median (default), expected or none")
     rd.add_argument("--device", default="auto")
     _plugin_options(rd)
-    ex = sub.add_parser("export", help="write a trained scene as .ply, compressed .ply, .spz or .splat")
+    ex = sub.add_parser("export", help="write a trained scene as .ply, compressed .ply, .spz, .splat or a mesh")
     ex.add_argument("target", metavar="RUN_DIR|CKPT", help=target_help)
-    ex.add_argument("--format", choices=["ply", "splat", "spz", "ply-compressed"], default="ply")
+    ex.add_argument("--format", choices=["ply", "splat", "spz", "ply-compressed", "mesh"], default="ply",
+                    help="mesh: a coloured triangle mesh fused from rendered depth (needs splattrain[mesh])")
     ex.add_argument("--sh-degree", type=int, default=None, help="keep SH up to this degree (default: all)")
-    ex.add_argument("--out", help="output file (default RUN_DIR/export/step_XXXXXX.<format>)")
+    ex.add_argument("--out", help="output file (default RUN_DIR/export/step_XXXXXX.<format>; a mesh: "
+                                  "step_XXXXXX_mesh.ply, or .obj)")
     ex.add_argument("--world-frame", choices=["normalized", "original"], default=None,
                     help="'original' undoes the scene normalisation applied at load (default: export.world_frame)")
+    _add_mesh_options(ex)
     _plugin_options(ex)
     sc = sub.add_parser("schedule", help="print (or plot) the learning rates and SH degree a config will use")
     sc.add_argument("--config", required=True, help="YAML config file (see configs/)")
     sc.add_argument("--out", help="also plot every curve to this PNG file")
     sc.add_argument("overrides", nargs="*", metavar="dotted.key=value", help="config overrides")
-    vw = sub.add_parser("view", help="look at a trained scene, checkpoint or 3DGS PLY in the browser")
-    vw.add_argument("target", metavar="RUN_DIR|CKPT|PLY", help="a run directory, a checkpoint or a 3DGS .ply file")
+    vw = sub.add_parser("view", help="look at a trained scene, checkpoint, 3DGS PLY or mesh PLY in the browser")
+    vw.add_argument("target", metavar="RUN_DIR|CKPT|PLY", help="a run directory, a checkpoint, a 3DGS .ply file "
+                                                               "or a mesh .ply (export --format mesh)")
     vw.add_argument("--port", type=int, default=8080)
     vw.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
     vw.add_argument("--allow-origin", action="append", default=None, metavar="URL",
@@ -100,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     vw.add_argument("--background", default=None, metavar="R,G,B",
                     help="background colour in [0, 1] (default: the run's, white for a PLY)")
     vw.add_argument("--out", help="folder for saved PNG views (default RUN_DIR/viewer, or beside the PLY)")
+    vw.add_argument("--mesh", default=None, metavar="PLY", help="also show this mesh PLY (from export --format mesh)")
     vw.add_argument("--device", default="auto")
     _plugin_options(vw)
     _add_process(sub)
@@ -113,6 +120,19 @@ def _parser() -> argparse.ArgumentParser:
     lst.add_argument("what", choices=list(_REGISTRIES))
     lst.add_argument("--config", help="also import the modules this config names in imports:")
     return parser
+
+
+def _add_mesh_options(parser: Any) -> None:
+    mesh = parser.add_argument_group("mesh options (--format mesh; sizes in the units of the written frame)")
+    mesh.add_argument("--depth", default="median", help="median (on the surface) or expected depth (default median)")
+    mesh.add_argument("--voxel-size", type=float, default=None,
+                      help="TSDF voxel edge (default: the extent the training cameras see / 256)")
+    mesh.add_argument("--trunc", type=float, default=None, help="TSDF truncation distance (default: 4 voxels)")
+    mesh.add_argument("--max-depth", type=float, default=None, help="fuse no depth beyond this (default: all)")
+    mesh.add_argument("--components", type=int, default=50,
+                      help="keep this many largest connected pieces, 0 all (default 50)")
+    mesh.add_argument("--min-views", type=float, default=3.0,
+                      help="views that must see a voxel for it to take part in the surface (default 3)")
 
 
 def _add_process(sub: Any) -> None:
@@ -151,16 +171,22 @@ def _render(args: argparse.Namespace) -> int:
         if not 1 <= value <= 100_000:
             raise UserError(f"render {option} must be between 1 and 100000, got {value}")
     render(args.target, Console(), path=args.path, out=args.out, frames=args.frames, fps=args.fps, device=args.device,
-           imports=args.imports, trust_config=args.trust_config)
+           imports=args.imports, trust_config=args.trust_config, depth=args.depth)
     return 0
 
 
 def _export(args: argparse.Namespace) -> int:
     from .commands.export import export
+    from .commands.export_mesh import MeshOptions
     from .console import Console
 
+    mesh = MeshOptions(depth=args.depth, voxel_size=args.voxel_size, trunc=args.trunc, max_depth=args.max_depth,
+                       components=args.components, min_views=args.min_views)
+    if args.format != "mesh" and mesh != MeshOptions():
+        changed = next(name for name in vars(mesh) if getattr(mesh, name) != getattr(MeshOptions(), name))
+        raise UserError(f"--{changed.replace('_', '-')} applies to --format mesh only")
     export(args.target, Console(), fmt=args.format, out=args.out, world_frame=args.world_frame,
-           sh_degree=args.sh_degree, imports=args.imports, trust_config=args.trust_config)
+           sh_degree=args.sh_degree, imports=args.imports, trust_config=args.trust_config, mesh=mesh)
     return 0
 
 
@@ -170,7 +196,7 @@ def _view(args: argparse.Namespace) -> int:
 
     view(args.target, Console(), port=args.port, host=args.host, background=args.background, out=args.out,
          device=args.device, allow_origins=args.allow_origin, imports=args.imports,
-         trust_config=args.trust_config)
+         trust_config=args.trust_config, mesh=args.mesh)
     return 0
 
 

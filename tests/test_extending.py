@@ -109,7 +109,7 @@ def test_depth_smoothness_spares_depth_edges_on_colour_edges():
 # -- strategy ----------------------------------------------------------------------------------
 TINY_PRUNE = [
     f"imports=[{REPO / 'examples' / 'tiny_prune.py'}]", "strategy.type=tiny_prune", "strategy.refine_start_iter=3",
-    "strategy.refine_every=4", "strategy.reset_every=100", "strategy.patience=2",
+    "strategy.refine_every=4", "strategy.reset_every=100", "strategy.refine_stop_iter=1500", "strategy.patience=2",
 ]
 
 

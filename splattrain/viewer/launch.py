@@ -21,17 +21,18 @@ from .session import add_scene_cameras
 
 @dataclass
 class Viewer:
-    """A running page (``server``) and what renders for it (``service``)."""
+    """A running page (``server``) and what renders for it (``service``; None for a page that
+    shows only meshes)."""
 
     server: ViewerServer
-    service: ViewService
+    service: Optional[ViewService]
 
     def close(self) -> None:
         """Stop serving the page."""
         self.server.close()
 
 
-def open_viewer(console: Console, name: str, renderer: Renderer, background: torch.Tensor, png_dir: Path,
+def open_viewer(console: Console, name: str, renderer: Optional[Renderer], background: torch.Tensor, png_dir: Path,
                 host: str = "127.0.0.1", port: int = 8080, training: bool = False,
                 settings: Optional[ViewerSettings] = None, allow_origins: Sequence[str] = (),
                 train: Sequence[Frame] = (), test: Sequence[Frame] = (), scene_scale: float = 1.0,
@@ -40,11 +41,12 @@ def open_viewer(console: Console, name: str, renderer: Renderer, background: tor
     """Serve the page titled after ``name`` on ``host:port`` (a taken port is named in one line),
     drawing the ``train`` / ``test`` cameras when there are any (or starting browsers at
     ``initial_view``: a pose and the world's up direction), and say where it is (``note``
-    follows the address) once a browser that connects is shown the scene."""
+    follows the address) once a browser that connects is shown the scene. Without a
+    ``renderer`` the page has no render controls (a mesh alone)."""
     server = ViewerServer(host, port, title=f"splattrain: {name}", training=training, settings=settings,
-                          allow_origins=allow_origins, warn=console.warning)
+                          allow_origins=allow_origins, warn=console.warning, renders=renderer is not None)
     try:
-        service = ViewService(server, renderer, background, png_dir, log=console.info)
+        service = None if renderer is None else ViewService(server, renderer, background, png_dir, log=console.info)
         if train or test:
             add_scene_cameras(server, train, test, scene_scale, thumbnails, background.tolist())
         elif initial_view is not None:
