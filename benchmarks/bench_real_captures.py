@@ -3,7 +3,7 @@ on jittered poses. Prints one table row per run and the figures the targets are 
 
     python benchmarks/bench_real_captures.py [--steps 400] [--size 64] [--seed 0] [dotted.key=value ...]
 
-Both variants are written from ``--seed`` into a temporary folder by splattrain.data.demo_variants
+Both variants are written from ``--seed`` into a temporary folder by splattrain.synthetic.demo_variants
 (the demo's analytic ray tracer): exposure-varied (each training view with its own gain in
 0.6-1.5 and white balance +-15%), and pose-jittered (training poses turned by 1-2 degrees and
 moved by 1-2% of the camera radius; images rendered at the true poses). Test views are exact.
@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from bench_scenes import COLUMNS, format_row, print_table, train_scene  # noqa: E402
 
-from splattrain.data.demo_variants import GL_TO_CV, write_exposure_variant, write_pose_jitter_variant  # noqa: E402
+from splattrain.synthetic.demo_variants import GL_TO_CV, write_exposure_variant, write_pose_jitter_variant  # noqa: E402
 
 
 def short_run(steps: int) -> List[str]:

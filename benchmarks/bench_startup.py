@@ -58,12 +58,12 @@ def timed(module, name, phase):
             phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - since
     setattr(module, name, inner)
 started = time.perf_counter()
-import splattrain.cli, splattrain.engine as engine, splattrain.engine.build as build
+import splattrain.cli, splattrain.commands.fit as fit_command, splattrain.engine.build as build
 import splattrain.engine.trainer as trainer_module
 phases["imports"] = time.perf_counter() - started
-timed(engine, "load_run_config", "config")
+timed(fit_command, "load_run_config", "config")
 timed(build, "load_scene", "scene load")
-timed(build, "build_model", "model")
+timed(build, "initial_model", "model")
 timed(trainer_module, "build_components", "build")
 Trainer = trainer_module.DefaultTrainer
 timed(Trainer, "_evaluator", "LPIPS (evaluator)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from splattrain import HOOKS, Hook
+from splattrain.steps import Steps
 
 
 @HOOKS.register()
@@ -17,7 +18,7 @@ class OpacityStatsHook(Hook):
 
     priority = "LOW"
 
-    def __init__(self, interval: int = 100, threshold: float = 0.05) -> None:
+    def __init__(self, interval: Steps = 100, threshold: float = 0.05) -> None:
         super().__init__()
         self.interval = interval
         self.threshold = threshold

@@ -36,7 +36,7 @@ class LowResRenderer(Renderer):
         self.factor = factor
         self.inner: Optional[Renderer] = None
 
-    def render(self, model, cameras, sh_degree: int, background: Tensor, depth: bool = True) -> RenderResult:
+    def render(self, model, cameras, sh_degree: int, background: Tensor, depth: bool | str = True) -> RenderResult:
         if self.inner is None:  # built on first use, on the model's device
             spec = {"type": self.backend, "rasterize_mode": self.rasterize_mode}
             self.inner = build_renderer(spec, model.means.device, absgrad=self.absgrad)
@@ -49,4 +49,5 @@ class LowResRenderer(Renderer):
                 return None
             return F.interpolate(image.permute(0, 3, 1, 2), size=size, mode="bilinear").permute(0, 2, 3, 1)
 
-        return RenderResult(upsample(result.rgb), upsample(result.alpha), upsample(result.depth), result.info)
+        return RenderResult(upsample(result.rgb), upsample(result.alpha), upsample(result.depth), result.info,
+                            median_depth=upsample(result.median_depth))

@@ -1,9 +1,10 @@
-"""An example densification strategy: the 3DGS default, plus pruning of Gaussians that stay
-smaller than a pixel on screen.
+"""A densification strategy in its minimal form: the two step calls and nothing else.
 
-Load it from a config with ``imports: [examples/my_strategy.py]`` and set
-``strategy: {type: tiny_prune, tiny_radius: 2, patience: 3, ...}``; docs/extending.md walks
-through it.
+Every ``every`` steps until ``stop`` it clones the ``fraction`` of Gaussians with the largest
+mean image-plane gradient since the last refinement and removes those fainter than
+``min_opacity``. Load it with ``imports: [examples/my_strategy.py]`` and
+``strategy: {type: clone_top, every: 100, stop: 1500}`` (configs/demo_strategy.yaml);
+docs/extending.md walks through it.
 """
 
 from __future__ import annotations
@@ -13,65 +14,48 @@ from typing import Any, Dict
 
 import torch
 
-from splattrain import STRATEGIES, ConfigError
-from splattrain.strategy import DefaultStrategy
+from splattrain import ConfigError, STRATEGIES, Strategy, strategy_ops
+from splattrain.steps import Steps, Window
 
 
-@STRATEGIES.register("tiny_prune")
+@STRATEGIES.register("clone_top")
 @dataclass
-class TinyPruneStrategy(DefaultStrategy):
-    """DefaultStrategy plus pruning of Gaussians that stay tiny on screen for several refinements.
+class CloneTopStrategy(Strategy):
+    """Clone the Gaussians with the largest image-plane gradients, drop the faint ones."""
 
-    A Gaussian is tiny when its screen radius stayed at or below ``tiny_radius`` pixels in every
-    view that saw it since the last refinement; it goes after ``patience`` tiny refinements in a row
-    (radii are whole pixels, rounded up, of the footprint after the renderer's 0.3 px^2
-    low-pass filter: even a point has radius 2, and an opaque Gaussian has radius 2 when its
-    own standard deviation on screen is under about 0.4 px).
-
-    Per Gaussian it keeps, in the strategy state, the largest radius seen since the last
-    refinement (``max_radius``) and the number of refinements in a row it was tiny
-    (``tiny_count``); the densification ops carry both through clones, splits and prunes
-    (copies inherit the count), and checkpoints keep them. ``tiny_pruned`` counts the removals.
-    """
-
-    tiny_radius: float = 2.0
-    patience: int = 3
+    every: Window = 100  # steps of gradient statistics per refinement
+    stop: Steps = 1500  # no refinement from this step on (follows the run's length)
+    fraction: float = 0.05
+    min_opacity: float = 0.005
 
     def __post_init__(self) -> None:
-        if self.patience < 1:
-            raise ConfigError(f"strategy.patience must be >= 1, got {self.patience}")
+        if not 0 < self.fraction <= 1:
+            raise ConfigError(f"strategy.fraction must be in (0, 1], got {self.fraction}")
 
-    def initialize_state(self, scene_scale: float = 1.0) -> Dict[str, Any]:
-        state = super().initialize_state(scene_scale)
-        state.update(max_radius=None, tiny_count=None, tiny_pruned=0)
-        return state
+    def step_pre_backward(self, params, optimizers, state: Dict[str, Any], step: int, info: Dict[str, Any]) -> None:
+        info["means2d"].retain_grad()  # the densification signal
 
     @torch.no_grad()
-    def accumulate(self, params, state: Dict[str, Any], step: int, info: Dict[str, Any]) -> None:
-        super().accumulate(params, state, step, info)
-        if step >= self.refine_stop_iter:
+    def step_post_backward(self, params, optimizers, state: Dict[str, Any], step: int, info: Dict[str, Any]) -> None:
+        if step >= self.stop:
             return
-        if state["max_radius"] is None:
-            state["max_radius"] = torch.zeros(len(params["means"]), device=params["means"].device)
-            state["tiny_count"] = torch.zeros_like(state["max_radius"], dtype=torch.int32)
-        radii = info["radii"].max(dim=-1).values.float()  # [C, N] (packed: [nnz])
-        ids = info["gaussian_ids"] if info.get("gaussian_ids") is not None else None
-        if ids is None:
-            radii = radii.max(dim=0).values  # the largest over the batch's views
-            ids = torch.arange(len(radii), device=radii.device)
-        state["max_radius"].scatter_reduce_(0, ids, radii, reduce="amax")
-
-    @torch.no_grad()
-    def prune(self, params, optimizers, state: Dict[str, Any], step: int) -> int:
-        """The default pruning, then the Gaussians tiny for ``patience`` refinements in a row."""
-        n_pruned = super().prune(params, optimizers, state, step)
-        seen = state["max_radius"] > 0  # Gaussians no view saw keep their count
-        tiny = seen & (state["max_radius"] <= self.tiny_radius)
-        state["tiny_count"] = torch.where(tiny, state["tiny_count"] + 1, torch.where(seen, 0, state["tiny_count"]))
-        state["max_radius"].zero_()
-        is_prune = state["tiny_count"] >= self.patience
-        n_tiny = int(is_prune.sum())
-        if n_tiny > 0:
-            self.remove_gaussians(params, optimizers, state, is_prune)
-            state["tiny_pruned"] += n_tiny
-        return n_pruned + n_tiny
+        seen = (info["radii"] > 0).all(dim=-1)  # [C, N]
+        norms = info["means2d"].grad.norm(dim=-1) * seen  # [C, N]
+        if state.get("grad") is None:  # per-Gaussian tensors in the state follow every op below
+            state["grad"] = torch.zeros(len(params["means"]), device=norms.device)
+            state["seen"] = torch.zeros_like(state["grad"])
+        state["grad"] += norms.sum(dim=0)
+        state["seen"] += seen.sum(dim=0)
+        if step % self.every:
+            return
+        mean = state["grad"] / state["seen"].clamp_min(1)
+        top = torch.zeros_like(mean, dtype=torch.bool)
+        top[mean.topk(max(1, int(self.fraction * len(mean)))).indices] = True
+        rows = torch.arange(len(mean), device=mean.device)
+        strategy_ops.duplicate(params, optimizers, state, top)
+        self.reindexed(torch.cat([rows, rows[top].new_full((int(top.sum()),), -1)]), params)
+        faint = torch.sigmoid(params["opacities"].flatten()) < self.min_opacity
+        if faint.any():
+            self.remove_gaussians(params, optimizers, state, faint)
+        state["grad"].zero_()
+        state["seen"].zero_()

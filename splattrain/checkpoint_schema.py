@@ -176,9 +176,16 @@ def _check_optimizers(refuse: _Refuse, saved: Any, trainer: Trainer, shapes: Dic
 
 def _check_strategy(refuse: _Refuse, saved: Any, trainer: Trainer, n: int) -> None:
     fresh = trainer.strategy.initialize_state(trainer.scene_scale)
-    if not isinstance(saved, Mapping) or set(saved) != set(fresh):
+    if not isinstance(saved, Mapping) or not set(fresh) <= set(saved):
         names = sorted(map(str, saved)) if isinstance(saved, Mapping) else type(saved).__name__
         raise refuse("'strategy_state'", f"holds {names}, not the run's strategy state {sorted(fresh)}")
+    for key in set(saved) - set(fresh):  # entries a strategy added during the run (allocated at first use)
+        value, entry = saved[key], f"strategy_state.{key}"
+        if isinstance(value, torch.Tensor):
+            if _tensor(refuse, entry, value, dtype=None).is_complex():
+                raise refuse(entry, f"is a {value.dtype} tensor, not a real one")
+        elif not (value is None or isinstance(value, str) or _finite_number(value)):
+            raise refuse(entry, f"is a {type(value).__name__}; a strategy keeps tensors, numbers and strings")
     for key, mine in fresh.items():
         value, entry = saved[key], f"strategy_state.{key}"
         if isinstance(mine, torch.Tensor):

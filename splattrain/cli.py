@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Iterator, List, NoReturn, Optional
+from typing import Any, List, NoReturn, Optional
 
 from .errors import UserError, describe_os_error
 
@@ -79,22 +77,28 @@ def _parser() -> argparse.ArgumentParser:
     rd.add_argument("--frames", type=int, default=60, help="frames in an orbit")
     rd.add_argument("--fps", type=int, default=15)
     rd.add_argument("--out", help="output folder (default RUN_DIR/renders/<path>_step_XXXXXX)")
+    rd.add_argument("--depth", default="median",
+                    help="depth maps written to OUT/depth/: median (default), expected or none")
     rd.add_argument("--device", default="auto")
     _plugin_options(rd)
-    ex = sub.add_parser("export", help="write a trained scene as .ply, compressed .ply, .spz or .splat")
+    ex = sub.add_parser("export", help="write a trained scene as .ply, compressed .ply, .spz, .splat or a mesh")
     ex.add_argument("target", metavar="RUN_DIR|CKPT", help=target_help)
-    ex.add_argument("--format", choices=["ply", "splat", "spz", "ply-compressed"], default="ply")
+    ex.add_argument("--format", choices=["ply", "splat", "spz", "ply-compressed", "mesh"], default="ply",
+                    help="mesh: a coloured triangle mesh fused from rendered depth (needs splattrain[mesh])")
     ex.add_argument("--sh-degree", type=int, default=None, help="keep SH up to this degree (default: all)")
-    ex.add_argument("--out", help="output file (default RUN_DIR/export/step_XXXXXX.<format>)")
+    ex.add_argument("--out", help="output file (default RUN_DIR/export/step_XXXXXX.<format>; a mesh: "
+                                  "step_XXXXXX_mesh.ply, or .obj)")
     ex.add_argument("--world-frame", choices=["normalized", "original"], default=None,
                     help="'original' undoes the scene normalisation applied at load (default: export.world_frame)")
+    _add_mesh_options(ex)
     _plugin_options(ex)
     sc = sub.add_parser("schedule", help="print (or plot) the learning rates and SH degree a config will use")
     sc.add_argument("--config", required=True, help="YAML config file (see configs/)")
     sc.add_argument("--out", help="also plot every curve to this PNG file")
     sc.add_argument("overrides", nargs="*", metavar="dotted.key=value", help="config overrides")
-    vw = sub.add_parser("view", help="look at a trained scene, checkpoint or 3DGS PLY in the browser")
-    vw.add_argument("target", metavar="RUN_DIR|CKPT|PLY", help="a run directory, a checkpoint or a 3DGS .ply file")
+    vw = sub.add_parser("view", help="look at a trained scene, checkpoint, 3DGS PLY or mesh PLY in the browser")
+    vw.add_argument("target", metavar="RUN_DIR|CKPT|PLY", help="a run directory, a checkpoint, a 3DGS .ply file "
+                                                               "or a mesh .ply (export --format mesh)")
     vw.add_argument("--port", type=int, default=8080)
     vw.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
     vw.add_argument("--allow-origin", action="append", default=None, metavar="URL",
@@ -102,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     vw.add_argument("--background", default=None, metavar="R,G,B",
                     help="background colour in [0, 1] (default: the run's, white for a PLY)")
     vw.add_argument("--out", help="folder for saved PNG views (default RUN_DIR/viewer, or beside the PLY)")
+    vw.add_argument("--mesh", default=None, metavar="PLY", help="also show this mesh PLY (from export --format mesh)")
     vw.add_argument("--device", default="auto")
     _plugin_options(vw)
     _add_process(sub)
@@ -115,6 +120,19 @@ def _parser() -> argparse.ArgumentParser:
     lst.add_argument("what", choices=list(_REGISTRIES))
     lst.add_argument("--config", help="also import the modules this config names in imports:")
     return parser
+
+
+def _add_mesh_options(parser: Any) -> None:
+    mesh = parser.add_argument_group("mesh options (--format mesh; sizes in the units of the written frame)")
+    mesh.add_argument("--depth", default="median", help="median (on the surface) or expected depth (default median)")
+    mesh.add_argument("--voxel-size", type=float, default=None,
+                      help="TSDF voxel edge (default: the extent the training cameras see / 256)")
+    mesh.add_argument("--trunc", type=float, default=None, help="TSDF truncation distance (default: 4 voxels)")
+    mesh.add_argument("--max-depth", type=float, default=None, help="fuse no depth beyond this (default: all)")
+    mesh.add_argument("--components", type=int, default=50,
+                      help="keep this many largest connected pieces, 0 all (default 50)")
+    mesh.add_argument("--min-views", type=float, default=3.0,
+                      help="views that must see a voxel for it to take part in the surface (default 3)")
 
 
 def _add_process(sub: Any) -> None:
@@ -131,112 +149,9 @@ def escape(text: str) -> str:
 
 
 def _fit(args: argparse.Namespace) -> int:
-    from rich.markup import escape
+    from .commands.fit import fit
 
-    from .config import config_to_yaml
-    from .console import Console
-    from .engine import load_run_config
-    from .registry import TRAINERS
-
-    if args.nproc is not None:
-        from .distributed.launch import launch_local
-
-        return launch_local(args.nproc, _without_nproc(sys.argv[2:] if args.argv is None else args.argv[1:]))
-    console = Console(quiet=args.quiet, verbose=args.verbose)
-    config_path = Path(args.config)
-    if args.resume not in (None, "latest") and "=" in args.resume and not Path(args.resume).exists():
-        args.overrides.insert(0, args.resume)  # `--resume key=value`: an override, not a path
-        args.resume = "latest"
-    if args.viewer is not None and not args.viewer.isdigit():
-        if "=" not in args.viewer:
-            raise UserError(f"--viewer {args.viewer!r}: give a port number (or nothing for 8080)")
-        args.overrides.insert(0, args.viewer)  # `--viewer key=value`: an override, not a port
-        args.viewer = "8080"
-    viewer = [] if args.viewer is None else [f"default_hooks.viewer.port={args.viewer}"]
-    run_config = load_run_config(config_path, [*args.overrides, *viewer])
-    cfg = run_config.cfg
-    resume = shlex.join(["splattrain", "fit", "--config", str(config_path), *args.overrides, "--resume"])
-    with _naming_config(config_path):  # what fails while plugins are built names the config too
-        trainer = TRAINERS.get(cfg.trainer.type)(cfg, console=console, config_dir=config_path.parent,
-                                                 resume_command=resume, scaled=run_config.scaled)
-    if args.dry_run:
-        if not trainer.is_main:
-            return 0
-        console.table("hooks", ["point", "hooks (priority)"], [[p, ", ".join(n)] for p, n in trainer.hooks.table()])
-        console.table("writers", ["type", "class", "options"], _writer_rows(cfg.writers))
-        for line in run_config.scaled:
-            console.info(f"scaled: {escape(line)}")
-        console.print(escape(config_to_yaml(cfg)))
-        return 0
-    if args.overwrite and args.resume is not None:
-        raise UserError("--overwrite starts a new run; it cannot be combined with --resume")
-    if args.argv is None:  # a process of its own: the objects made so far live to the end, so the
-        import gc          # garbage collector need not walk them again during training
-
-        gc.freeze()
-    with _naming_config(config_path):
-        results = trainer.train(resume=args.resume, overwrite=args.overwrite)
-    if not trainer.is_main:
-        return 0  # rank 0 reports
-    shown = "  ".join(f"{k} {_shown(v)}" for k, v in results.items() if k != "per_view")
-    console.open_log(trainer.run_dir / "log.txt")  # the trainer closed it; the last line belongs there too
-    console.info(f"done: {shown}  ->  {trainer.run_dir / 'results.json'}")
-    console.close()
-    return 0
-
-
-def _shown(value: Any) -> str:
-    """A value of results.json for the ``done:`` line: floats to 4 places, ``null`` for None,
-    a mapping as ``(key value, ...)``."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return f"{value:.4f}"
-    if isinstance(value, dict):
-        return "(" + ", ".join(f"{k} {_shown(v)}" for k, v in value.items()) + ")"
-    return str(value)
-
-
-@contextlib.contextmanager
-def _naming_config(path: Path) -> Iterator[None]:
-    """A ConfigError raised inside names the config file first, as load_config's errors do."""
-    from .errors import ConfigError
-
-    try:
-        yield
-    except ConfigError as err:
-        if str(err).startswith(str(path)):
-            raise
-        raise ConfigError(f"{path}: {err}") from None
-
-
-def _without_nproc(argv: List[str]) -> List[str]:
-    """``fit``'s arguments without ``--nproc N`` / ``--nproc=N`` (each rank runs a plain fit)."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == "--nproc":
-            skip = True
-        elif not arg.startswith("--nproc="):
-            out.append(arg)
-    return out
-
-
-def _writer_rows(specs: List[Any]) -> List[List[str]]:
-    """One row per writer entry, each checked (type, options, optional package) without building it."""
-    from rich.markup import escape
-
-    from .writers import check_writer_spec
-
-    rows = []
-    for index, spec in enumerate(specs):
-        cls = check_writer_spec(spec, f"writers[{index}]")
-        options = ", ".join(f"{k}={v}" for k, v in spec.items() if k != "type")
-        rows.append([escape(str(spec["type"])), cls.__name__, escape(options)])
-    return rows
+    return fit(args)
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -256,16 +171,22 @@ def _render(args: argparse.Namespace) -> int:
         if not 1 <= value <= 100_000:
             raise UserError(f"render {option} must be between 1 and 100000, got {value}")
     render(args.target, Console(), path=args.path, out=args.out, frames=args.frames, fps=args.fps, device=args.device,
-           imports=args.imports, trust_config=args.trust_config)
+           imports=args.imports, trust_config=args.trust_config, depth=args.depth)
     return 0
 
 
 def _export(args: argparse.Namespace) -> int:
     from .commands.export import export
+    from .commands.export_mesh import MeshOptions
     from .console import Console
 
+    mesh = MeshOptions(depth=args.depth, voxel_size=args.voxel_size, trunc=args.trunc, max_depth=args.max_depth,
+                       components=args.components, min_views=args.min_views)
+    if args.format != "mesh" and mesh != MeshOptions():
+        changed = next(name for name in vars(mesh) if getattr(mesh, name) != getattr(MeshOptions(), name))
+        raise UserError(f"--{changed.replace('_', '-')} applies to --format mesh only")
     export(args.target, Console(), fmt=args.format, out=args.out, world_frame=args.world_frame,
-           sh_degree=args.sh_degree, imports=args.imports, trust_config=args.trust_config)
+           sh_degree=args.sh_degree, imports=args.imports, trust_config=args.trust_config, mesh=mesh)
     return 0
 
 
@@ -275,7 +196,7 @@ def _view(args: argparse.Namespace) -> int:
 
     view(args.target, Console(), port=args.port, host=args.host, background=args.background, out=args.out,
          device=args.device, allow_origins=args.allow_origin, imports=args.imports,
-         trust_config=args.trust_config)
+         trust_config=args.trust_config, mesh=args.mesh)
     return 0
 
 

@@ -14,7 +14,7 @@ from PIL import Image
 
 from splattrain.cameras import Camera
 from splattrain.data.blender import load_blender
-from splattrain.data.demo_scene import BALL, MARBLE, SCENE, Sphere, trace_rays
+from splattrain.synthetic.demo_scene import BALL, MARBLE, SCENE, Sphere, trace_rays
 from splattrain.errors import DataError
 
 SHIPPED = Path(__file__).resolve().parents[1] / "data" / "demo"

@@ -99,7 +99,7 @@ def test_resume_refuses_incompatible_config_and_reports_compatible(tmp_path):
         changed.train(resume="latest")
     longer = trainer_for(tmp_path, ["trainer.max_steps=30"])
     infos = []
-    longer.console.info = infos.append
+    longer.console.info = lambda message, **options: infos.append(message)
     longer.train(resume="latest")
     assert longer.step == 30
     assert any("trainer.max_steps: 20 -> 30" in m for m in infos)

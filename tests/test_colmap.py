@@ -16,7 +16,7 @@ from splattrain.cli import main as cli_main
 from splattrain.config.schema import DataConfig
 from splattrain.data.colmap import load_colmap
 from splattrain.data.colmap_model import ColmapCamera, ColmapImage, read_model, write_model
-from splattrain.data.demo_scene import look_at_origin, trace_rays
+from splattrain.synthetic.demo_scene import look_at_origin, trace_rays
 from splattrain.data.distortion import Distortion, Undistorter
 from splattrain.data.loading import load_scene
 from splattrain.errors import DataError

@@ -63,6 +63,39 @@ def test_render_test_path_matches_eval_renders(trained, tmp_path):
     assert np.array_equal(a, b)
 
 
+@pytest.mark.parametrize("mode", ["median", "expected"])
+def test_render_writes_depth_maps(trained, tmp_path, mode):
+    from splattrain.io.depth_maps import SCALE_KEY, read_depth_png
+
+    trainer, _ = trained
+    render(trainer.run_dir, Console(quiet=True), path="test", out=tmp_path, depth=mode)
+    camera = trainer.data.test_frames[0].camera
+    with torch.no_grad():
+        result = trainer.renderer.render(trainer.model, [camera], trainer.model.sh_degree, trainer.background, depth=mode)
+    depth = (result.median_depth if mode == "median" else result.depth)[0, ..., 0].numpy()
+    covered = result.alpha[0, ..., 0].numpy() >= 0.5
+    assert covered.mean() > 0.2
+    saved = np.load(tmp_path / "depth" / "frame_0000.npy")
+    assert saved.dtype == np.float32
+    np.testing.assert_allclose(saved[covered], depth[covered], rtol=1e-6)
+    assert (saved[~covered] == 0).all()
+    png = Image.open(tmp_path / "depth" / "frame_0000.png")
+    assert png.mode.startswith("I") and np.asarray(png).max() == 65535  # 16 bits, the farthest at the top
+    scale = json.loads((tmp_path / "depth" / "depth_scale.json").read_text())["units_per_level"]["frame_0000.png"]
+    assert float(png.text[SCALE_KEY]) == scale
+    np.testing.assert_allclose(read_depth_png(tmp_path / "depth" / "frame_0000.png"), saved, atol=scale * 0.51)
+    preview = np.asarray(Image.open(tmp_path / "depth" / "frame_0000_preview.png"))
+    assert preview.shape == saved.shape + (3,) and (preview[~covered] == 0).all() and preview[covered].any()
+    assert len(list((tmp_path / "depth").glob("frame_*_preview.png"))) == len(trainer.data.test_frames)
+
+
+def test_render_refuses_an_unknown_depth(trained, tmp_path):
+    from splattrain.errors import UserError
+
+    with pytest.raises(UserError, match="--depth 'mean'"):
+        render(trained[0].run_dir, Console(quiet=True), out=tmp_path, depth="mean")
+
+
 def test_export_ply_round_trips_exactly_and_splat_layout(trained, tmp_path):
     trainer, _ = trained
     ply = export(trainer.run_dir, Console(quiet=True), fmt="ply", out=tmp_path / "scene.ply")

@@ -163,7 +163,7 @@ def test_a_hooks_line_and_the_final_validation_reach_the_bar_and_the_log(tmp_pat
 
 
 def test_the_done_line_shows_null_and_mappings_plainly():
-    from splattrain.cli import _shown
+    from splattrain.commands.fit import _shown
 
     assert [_shown(v) for v in (None, 20.12346, 7, True)] == ["null", "20.1235", "7", "true"]
     assert _shown({"step": 4, "reason": "early stopping: psnr flat", "extra": None}) == \

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from splattrain.data.demo_scene import (
+from splattrain.synthetic.demo_scene import (
     CAMERA_RADIUS,
     camera_positions,
     generate_demo_scene,

@@ -13,7 +13,7 @@ from conftest import DEMO, tiny_config_text
 from resume_check import assert_same_run, single_thread, straight_and_resumed  # noqa: F401
 from splattrain.engine import load_config
 from splattrain.console import Console
-from splattrain.data.demo_scene import depth_map
+from splattrain.synthetic.demo_scene import depth_map
 from splattrain.data.loading import load_scene
 from splattrain.engine import DefaultTrainer
 from splattrain.errors import DataError

@@ -266,7 +266,7 @@ def test_nproc_shorthand_starts_ranks_and_passes_user_errors_through(tmp_path):
     import sys
 
     from dist_launch import environment, write_config
-    from splattrain.cli import _without_nproc
+    from splattrain.commands.fit import _without_nproc
 
     assert _without_nproc(["--nproc", "2", "--config", "x.yaml", "--nproc=3", "a=1"]) == ["--config", "x.yaml", "a=1"]
     config = write_config(tmp_path)

@@ -17,7 +17,7 @@ from PIL import Image
 
 from conftest import DEMO, REPO
 from resume_check import assert_same, assert_same_run, single_thread, straight_and_resumed  # noqa: F401
-from splattrain import Hook
+from splattrain import Hook, Strategy
 from splattrain import SceneData
 from splattrain.checkpoint import load_checkpoint_file
 from splattrain.engine import load_config
@@ -107,9 +107,41 @@ def test_depth_smoothness_spares_depth_edges_on_colour_edges():
 
 
 # -- strategy ----------------------------------------------------------------------------------
-STRATEGY = [
-    "strategy.refine_start_iter=3", "strategy.refine_every=4", "strategy.reset_every=100", "strategy.patience=2",
+TINY_PRUNE = [
+    f"imports=[{REPO / 'examples' / 'tiny_prune.py'}]", "strategy.type=tiny_prune", "strategy.refine_start_iter=3",
+    "strategy.refine_every=4", "strategy.reset_every=100", "strategy.refine_stop_iter=1500", "strategy.patience=2",
 ]
+
+
+def test_minimal_strategy_example_has_only_the_step_calls():
+    strategy = example("my_strategy").CloneTopStrategy
+    overridden = sorted(name for name, value in vars(strategy).items()
+                        if callable(value) and not name.startswith("_") and hasattr(Strategy, name))
+    assert overridden == ["step_post_backward", "step_pre_backward"]
+
+
+def test_minimal_strategy_example_trains_and_densifies(tmp_path, monkeypatch):
+    moved: List[int] = []
+
+    class Listener(Hook):
+        def before_train(self, trainer) -> None:
+            trainer.on_gaussians_moved(lambda sources, params: moved.append(len(sources)))
+
+    overrides = ["strategy.every=4", "strategy.stop=100", "trainer.max_steps=12"]
+    trainer = train("demo_strategy.yaml", tmp_path, monkeypatch, overrides, [Listener()])
+    assert type(trainer.strategy).__name__ == "CloneTopStrategy"
+    assert moved and trainer.model.num_gaussians > moved[0] * 0.9  # three refinements cloned the top 5%
+    assert len(trainer.strategy_state["grad"]) == trainer.model.num_gaussians
+
+
+def test_minimal_strategy_example_resumes_bit_identically(tmp_path):
+    straight, resumed = straight_and_resumed(
+        tmp_path, extra=f"imports: [{REPO / 'examples' / 'my_strategy.py'}]",
+        overrides=["strategy={type: clone_top, every: 4, stop: 100, fraction: 0.1}"],
+    )
+    assert straight.model.num_gaussians > 300  # it densified, before and after the resume point
+    assert_same_run(straight, resumed)
+    assert_same(straight.strategy_state, resumed.strategy_state, "strategy_state")
 
 
 def test_strategy_example_prunes_gaussians_that_stay_tiny(tmp_path, monkeypatch):
@@ -117,9 +149,9 @@ def test_strategy_example_prunes_gaussians_that_stay_tiny(tmp_path, monkeypatch)
 
     class Listener(Hook):
         def before_train(self, trainer) -> None:
-            trainer.strategy.add_reindex_listener(lambda sources, params: removed.append(len(sources)))
+            trainer.on_gaussians_moved(lambda sources, params: removed.append(len(sources)))
 
-    trainer = train("demo_strategy.yaml", tmp_path, monkeypatch, [*STRATEGY, "trainer.max_steps=12"], [Listener()])
+    trainer = train("demo.yaml", tmp_path, monkeypatch, [*TINY_PRUNE, "trainer.max_steps=12"], [Listener()])
     state = trainer.strategy_state
     assert type(trainer.strategy).__name__ == "TinyPruneStrategy"
     assert state["tiny_pruned"] > 0
@@ -129,7 +161,7 @@ def test_strategy_example_prunes_gaussians_that_stay_tiny(tmp_path, monkeypatch)
 
 
 def test_tiny_prune_removes_exactly_the_gaussians_tiny_for_patience_refinements():
-    my_strategy = example("my_strategy")
+    my_strategy = example("tiny_prune")
     strategy = my_strategy.TinyPruneStrategy(tiny_radius=2.0, patience=2, prune_opa=0.0, refine_start_iter=0)
     params = {
         "means": torch.nn.Parameter(torch.arange(5.0)[:, None].repeat(1, 3)),
@@ -159,7 +191,7 @@ def test_tiny_prune_removes_exactly_the_gaussians_tiny_for_patience_refinements(
 
 def test_strategy_example_resumes_bit_identically(tmp_path):
     straight, resumed = straight_and_resumed(
-        tmp_path, extra=f"imports: [{REPO / 'examples' / 'my_strategy.py'}]",
+        tmp_path, extra=f"imports: [{REPO / 'examples' / 'tiny_prune.py'}]",
         overrides=["strategy.type=tiny_prune", "strategy.patience=2", "strategy.reset_every=100",
                    "strategy.grow_grad2d=0.0002", "strategy.refine_start_iter=1", "strategy.refine_every=2"],
     )
@@ -273,7 +305,7 @@ def test_extending_docs_quote_the_examples_exactly(example):
 
 # -- the command line: one-line errors naming the key and the file, and `list` --------------------
 PLUGIN_TYPOS = [
-    ("strategy:\n  type: tiny_prune\n  patiance: 2\n", "strategy.patiance", "'patience'"),
+    ("strategy:\n  type: clone_top\n  fracton: 0.1\n", "strategy.fracton", "'fraction'"),
     ("loss:\n  terms:\n    - {type: l1}\n    - {type: depth_smoothness, edge_sharpnes: 5.0}\n",
      "loss.terms[1].edge_sharpnes", "'edge_sharpness'"),
     ("renderer:\n  type: lowres\n  factr: 2\n", "renderer.factr", "'factor'"),
@@ -295,7 +327,7 @@ def test_plugin_option_typo_exits_2_naming_key_and_file(tmp_path, section, key, 
 
 
 @pytest.mark.parametrize("what, config, name", [
-    ("losses", "demo_loss.yaml", "depth_smoothness"), ("strategies", "demo_strategy.yaml", "tiny_prune"),
+    ("losses", "demo_loss.yaml", "depth_smoothness"), ("strategies", "demo_strategy.yaml", "clone_top"),
     ("renderers", "demo_renderer.yaml", "lowres"), ("datasets", "demo_dataset.yaml", "cameras_json"),
 ])
 def test_list_with_config_shows_the_plugins_of_its_imports(what, config, name):

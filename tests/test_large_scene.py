@@ -7,8 +7,8 @@ from PIL import Image
 
 from cli_check import config_text, run_cli
 from splattrain.data.colmap_model import read_model
-from splattrain.data.demo_scene import depth_map
-from splattrain.data.large_scene import generate_large_scene
+from splattrain.synthetic.demo_scene import depth_map
+from splattrain.synthetic.large_scene import generate_large_scene
 
 
 def test_points_lie_on_the_surfaces_the_images_show(tmp_path):

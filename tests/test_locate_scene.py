@@ -10,7 +10,7 @@ import pytest
 
 from conftest import REPO
 from splattrain.config.schema import DataConfig
-from splattrain.data.demo_variants import write_colmap_project
+from splattrain.synthetic.demo_variants import write_colmap_project
 from splattrain.data.loading import load_scene
 from splattrain.errors import DataError
 from test_cli import assert_one_line_error, run_cli

@@ -13,7 +13,7 @@ from PIL import Image
 
 from splattrain.cli import main as cli_main
 from splattrain.config.schema import DataConfig
-from splattrain.data.demo_scene import look_at_origin
+from splattrain.synthetic.demo_scene import look_at_origin
 from splattrain.data.loading import load_scene
 from splattrain.data.nerfstudio import load_nerfstudio
 from splattrain.errors import DataError

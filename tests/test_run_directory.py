@@ -119,3 +119,23 @@ def test_stale_temporaries_are_removed_and_files_follow_the_umask(tmp_path, trai
     os.umask(mask)
     for name in ("config.yaml", "results.json", "ckpt/step_000003.pt"):
         assert (run / name).stat().st_mode & 0o777 == 0o666 & ~mask, name
+
+
+def test_a_run_folder_config_with_imports_is_reused_from_another_directory(tmp_path):
+    """config.yaml names its imports by absolute path: a new fit from it, and eval --trust-config,
+    work from a directory that is neither the repository nor the config's."""
+    run = tmp_path / "loss_run"
+    quick = ["trainer.max_steps=4", "trainer.val_interval=0", "data.downscale=8", "model.init.num_points=300",
+             "metrics.lpips=false", "writers=[]", "model.sh_degree=0"]
+    first = run_cli("fit", "--config", "configs/demo_loss.yaml", *quick, f"output_dir={run}", "--quiet")
+    assert first.returncode == 0, first.stderr
+    saved = (run / "config.yaml").read_text()
+    assert f"- {REPO / 'examples' / 'my_loss.py'}" in saved
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    again = run_cli("fit", "--config", str(run / "config.yaml"), f"output_dir={tmp_path / 'again'}", "--quiet",
+                    f"data.path={REPO / 'data' / 'demo'}", cwd=elsewhere)
+    assert again.returncode == 0, again.stderr
+    assert "depth_smoothness" in (tmp_path / "again" / "config.yaml").read_text()
+    scored = run_cli("eval", str(run), "--trust-config", "--out", str(tmp_path / "eval"), cwd=elsewhere)
+    assert scored.returncode == 0, scored.stderr

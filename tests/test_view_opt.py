@@ -167,7 +167,7 @@ def test_appearance_learns_each_views_exposure(tmp_path: Path) -> None:
     """On the exposure-varied demo the learned per-view gains follow the true ones."""
     from splattrain.engine import load_config
     from splattrain.console import Console
-    from splattrain.data.demo_variants import write_exposure_variant
+    from splattrain.synthetic.demo_variants import write_exposure_variant
     from splattrain.engine import DefaultTrainer
 
     gains = write_exposure_variant(tmp_path / "scene", seed=3, size=32, n_train=12, n_test=2)

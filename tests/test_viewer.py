@@ -326,3 +326,31 @@ def test_cameras_option_starts_with_the_frustums_hidden_and_the_checkbox_shows_t
     trainer.register_hook(Look())
     trainer.train()
     assert seen["start"] == (58, False, False) and seen["shown"]
+
+
+def test_view_opens_a_mesh_ply_and_shows_it_with_a_checkbox(tmp_path):
+    from splattrain.commands.view import load_viewed_scene, points_overview_pose
+    from splattrain.mesh.files import MeshArrays, write_mesh
+    from splattrain.viewer.server import ViewerServer
+
+    vertices = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]], np.float32) + 5.0
+    faces = np.array([[0, 2, 1], [0, 1, 3], [0, 3, 2], [1, 2, 3]], np.int32)
+    write_mesh(tmp_path / "m.ply", MeshArrays(vertices, faces, np.full((4, 3), 200, np.uint8)))
+    scene = load_viewed_scene(tmp_path / "m.ply", Console(quiet=True))
+    assert scene.model is None and scene.renderer is None and scene.mesh is not None
+    np.testing.assert_array_equal(scene.mesh.faces, faces)
+    camera = pose_to_camera(points_overview_pose(scene.mesh.vertices), 64)
+    centre = torch.from_numpy(np.median(vertices, axis=0))
+    in_view = camera.viewmat[:3, :3] @ centre + camera.viewmat[:3, 3]
+    assert in_view[2] > 0 and abs(float(in_view[0])) < 1e-3 and abs(float(in_view[1])) < 1e-3
+
+    server = ViewerServer(port=0, training=False, renders=False)
+    try:
+        assert not hasattr(server, "png_button")  # nothing to render: no render controls
+        server.add_mesh(scene.mesh.vertices, scene.mesh.faces, scene.mesh.colors)
+        assert server.mesh_handle is not None and server.mesh_handle.visible
+        server.mesh_control.value = False
+        server.show_mesh(False)
+        assert not server.mesh_handle.visible
+    finally:
+        server.close()

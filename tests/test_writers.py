@@ -341,3 +341,14 @@ def test_tensorboard_writer_leaves_out_remote_file_systems(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.splitlines() == ["[]", "imports afterwards"]
     assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+
+
+def test_a_writers_list_without_the_image_writer_is_named_in_the_header(tmp_path):
+    (tmp_path / "cfg.yaml").write_text(tiny_config_text(tmp_path, steps=2, extra="writers:\n  - type: jsonl\n"))
+    assert main(["fit", "--config", str(tmp_path / "cfg.yaml"), "--quiet"]) == 0
+    log = (tmp_path / "run" / "log.txt").read_text()
+    assert "no image writer, so validation images are not saved as PNGs" in log
+    assert not (tmp_path / "run" / "images").exists()
+    (tmp_path / "cfg.yaml").write_text(tiny_config_text(tmp_path, steps=2))  # the default list keeps them
+    assert main(["fit", "--config", str(tmp_path / "cfg.yaml"), "--quiet", "--overwrite"]) == 0
+    assert "no image writer" not in (tmp_path / "run" / "log.txt").read_text()

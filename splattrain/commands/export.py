@@ -1,4 +1,5 @@
-"""``splattrain export``: the scene as a 3DGS PLY, a compressed PLY, an SPZ or a .splat file."""
+"""``splattrain export``: the scene as a 3DGS PLY, a compressed PLY, an SPZ or a .splat file, or a
+triangle mesh fused from its rendered depth (``--format mesh``: export_mesh.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,11 @@ from ..console import Console
 from ..errors import UserError
 from ..io.gaussians_file import FORMATS, truncate_sh, write_gaussians_file
 from ..model.transform import transform_gaussians
+from .export_mesh import MeshOptions, export_mesh
 from .snapshot import load_snapshot
+
+#: What ``--format`` takes: the Gaussian file formats and ``mesh``.
+EXPORT_FORMATS = (*FORMATS, "mesh")
 
 
 def export(
@@ -24,21 +29,28 @@ def export(
     sh_degree: Optional[int] = None,
     imports: Sequence[str] = (),
     trust_config: bool = False,
+    mesh: Optional[MeshOptions] = None,
 ) -> Path:
-    """Write the checkpoint's Gaussians as ``fmt`` (ply, splat, spz or ply-compressed).
+    """Write the checkpoint's Gaussians as ``fmt`` (ply, splat, spz or ply-compressed), or with
+    ``fmt='mesh'`` a triangle mesh (``mesh`` holds its options; ``out`` .ply or .obj).
 
     ``world_frame='original'`` undoes the scene normalisation applied at load; None uses
     the run's ``export.world_frame``. ``sh_degree`` keeps SH up to that degree (default: all).
     A run trained with ``renderer.rasterize_mode: antialiased`` is marked so where the
     format has a place for it (SPZ flag, PLY header comment).
     """
-    if fmt not in FORMATS:
-        raise UserError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if fmt not in EXPORT_FORMATS:
+        raise UserError(f"--format {fmt!r}: use one of {', '.join(EXPORT_FORMATS)}")
+    if fmt == "mesh":
+        (mesh or MeshOptions()).check(None if out is None else Path(out))
     snapshot = load_snapshot(target, "cpu", imports, trust_config)
     if world_frame is None:
         world_frame = OmegaConf.select(snapshot.cfg, "export.world_frame", default="normalized")
     if world_frame not in ("original", "normalized"):
         raise UserError(f"world frame {world_frame!r}: use 'original' or 'normalized'")
+    if fmt == "mesh":
+        path = Path(out) if out is not None else snapshot.run_dir / "export" / f"step_{snapshot.step:06d}_mesh.ply"
+        return export_mesh(snapshot, console, path, world_frame, mesh or MeshOptions())
     params = {key: value.detach() for key, value in snapshot.model.params.items()}
     transform = snapshot.checkpoint.get("world_transform")
     if world_frame == "original":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -18,8 +19,13 @@ from ..console import Console
 from ..data.pipeline import focus_point
 from ..errors import UserError
 from ..io.atomic import atomic_path
+from ..io.depth_maps import save_depth_maps
 from ..io.png import save_png, to_uint8
 from .snapshot import load_snapshot
+
+
+#: What ``--depth`` takes: which depth maps ``render`` writes beside the frames.
+DEPTH_CHOICES = ("median", "expected", "none")
 
 
 def look_at(position: torch.Tensor, target: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -92,10 +98,16 @@ def render(
     device: str = "auto",
     imports: Sequence[str] = (),
     trust_config: bool = False,
+    depth: str = "median",
 ) -> Dict[str, object]:
-    """Render PNG frames along ``path`` ('test' cameras or an 'orbit') and an animated GIF (MP4 when possible)."""
+    """Render PNG frames along ``path`` ('test' cameras or an 'orbit') and an animated GIF (MP4 when
+    possible), and with ``depth`` ('median', 'expected'; 'none' for no depth) each frame's depth map
+    in ``depth/``: a 16-bit PNG (its scale in the PNG's ``depth_scale`` text and in
+    ``depth/depth_scale.json``), float32 ``.npy`` and a coloured ``_preview.png``."""
     if path not in ("test", "orbit"):
         raise UserError(f"--path {path!r}: use 'test' or 'orbit'")
+    if depth not in DEPTH_CHOICES:
+        raise UserError(f"--depth {depth!r}: use one of {', '.join(DEPTH_CHOICES)}")
     snapshot = load_snapshot(target, device, imports, trust_config)
     out_dir = Path(out) if out is not None else snapshot.run_dir / "renders" / f"{path}_step_{snapshot.step:06d}"
     scene = snapshot.views("test")
@@ -104,16 +116,30 @@ def render(
         cameras = orbit_cameras([f.camera for f in scene.train_frames], frames)
     renderer = snapshot.renderer(log=console.info, warn=console.warning)
     images: List[np.ndarray] = []
+    scales: Dict[str, float] = {}
     with Progress(console=console.terminal, disable=console.quiet) as progress:
         task = progress.add_task(f"rendering {len(cameras)} frames", total=len(cameras))
         for index, camera in enumerate(cameras):
             interrupts.check()
-            result = renderer.render(snapshot.model, [camera.to(snapshot.device)], snapshot.sh_degree, snapshot.background)
+            result = renderer.render(snapshot.model, [camera.to(snapshot.device)], snapshot.sh_degree, snapshot.background,
+                                     depth=False if depth == "none" else depth)
             image = to_uint8(result.rgb[0])
             images.append(image)
             save_png(out_dir / "frames" / f"frame_{index:04d}.png", image)
+            if depth != "none":
+                depth_map = result.median_depth if depth == "median" else result.depth
+                if depth_map is None:
+                    raise UserError(f"renderer {type(renderer).__name__} rendered no {depth} depth; "
+                                    "use --depth expected or none")
+                saved = save_depth_maps(out_dir / "depth", f"frame_{index:04d}", depth_map[0, ..., 0].cpu().numpy(),
+                                        result.alpha[0, ..., 0].cpu().numpy())
+                scales[str(saved["png"])] = float(saved["scale"])  # type: ignore[arg-type]
             progress.advance(task)
     written = _save(images, out_dir, fps)
+    if scales:
+        with atomic_path(out_dir / "depth" / "depth_scale.json") as tmp:
+            tmp.write_text(json.dumps({"depth": depth, "units_per_level": scales}, indent=1) + "\n")
+        written["depth"] = out_dir / "depth"
     if "mp4" not in written:
         console.info("MP4 skipped: install imageio and imageio-ffmpeg for video output")
     console.info(f"wrote {len(images)} frames to {out_dir / 'frames'} and {', '.join(str(p) for p in written.values())}")

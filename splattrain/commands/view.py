@@ -1,4 +1,5 @@
-"""``splattrain view``: a finished run, a checkpoint or any standard 3DGS PLY in the browser."""
+"""``splattrain view``: a finished run, a checkpoint, any standard 3DGS PLY or a mesh PLY in the
+browser; ``--mesh`` shows a mesh beside a scene."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ..data.types import Frame
 from ..engine.setup import resolve_device
 from ..errors import UserError
 from ..io.gaussians_file import read_gaussians_file
+from ..mesh.files import MeshArrays, is_mesh_ply, read_mesh_ply
 from ..model.gaussians import GaussianModel
 from ..render import Renderer, build_renderer
 from ..viewer.camera import ViewPose, matrix_to_quat
@@ -22,18 +24,20 @@ from ..viewer.camera import ViewPose, matrix_to_quat
 
 @dataclass
 class ViewedScene:
-    """Everything the page needs: Gaussians, how to render them, and the cameras to draw."""
+    """Everything the page needs: Gaussians, how to render them, the cameras to draw, a mesh to
+    show (a mesh PLY alone has no Gaussians: ``model`` and ``renderer`` are None)."""
 
     name: str
-    model: GaussianModel
+    model: Optional[GaussianModel]
     sh_degree: int
-    renderer: Renderer
+    renderer: Optional[Renderer]
     background: torch.Tensor
     png_dir: Path
     step: Optional[int] = None
     train: List[Frame] = field(default_factory=list)
     test: List[Frame] = field(default_factory=list)
     scene_scale: float = 1.0
+    mesh: Optional[MeshArrays] = None
 
 
 def parse_background(text: str) -> List[float]:
@@ -53,8 +57,8 @@ def parse_background(text: str) -> List[float]:
 def load_viewed_scene(target: str | Path, console: Console, device: str = "auto",
                       background: Optional[str] = None, out: Optional[str] = None,
                       imports: Sequence[str] = (), trust_config: bool = False) -> ViewedScene:
-    """A scene file (.ply, compressed .ply, .spz, .splat: by its suffix), else a run directory or
-    checkpoint with its train and test cameras. A run whose renderer or dataset reader came from
+    """A scene file (.ply, compressed .ply, .spz, .splat: by its suffix; a .ply with faces is a
+    mesh, shown alone), else a run directory or checkpoint with its train and test cameras. A run whose renderer or dataset reader came from
     ``imports:`` needs ``imports`` or ``trust_config`` (:class:`RunPluginError` otherwise); a run
     whose scene cannot be read any more is shown without its cameras."""
     path = Path(target)
@@ -62,6 +66,9 @@ def load_viewed_scene(target: str | Path, console: Console, device: str = "auto"
     if path.suffix.lower() in (".ply", ".spz", ".splat"):
         if not path.is_file():
             raise UserError(f"'{path}' is not a file")
+        if path.suffix.lower() == ".ply" and is_mesh_ply(path):
+            return ViewedScene(path.stem, None, 0, None, torch.tensor(parse_background(background or "white")),
+                               Path(out) if out else path.parent, mesh=read_mesh_ply(path))
         params, degree = read_gaussians_file(path)
         colour = parse_background(background or "white")
         renderer = build_renderer({"type": "auto"}, resolved, log=console.debug, warn=console.warning)
@@ -89,10 +96,11 @@ def load_viewed_scene(target: str | Path, console: Console, device: str = "auto"
     return scene
 
 
-def points_overview_pose(means: torch.Tensor, up: np.ndarray = np.array([0.0, 0.0, 1.0]), fov: float = 0.9) -> ViewPose:
+def points_overview_pose(means: torch.Tensor | np.ndarray, up: np.ndarray = np.array([0.0, 0.0, 1.0]), fov: float = 0.9) -> ViewPose:
     """A camera looking at the Gaussians' median from outside most of them (up is ``up``); Gaussians
     whose centre is not finite are left out (none left: the origin, from a distance of 2.5)."""
-    points = means.detach().cpu().double().numpy().reshape(-1, 3)
+    points = np.asarray(means.detach().cpu().double() if isinstance(means, torch.Tensor) else means,
+                        dtype=np.float64).reshape(-1, 3)
     points = points[np.isfinite(points).all(axis=1)]
     center = np.median(points, axis=0) if len(points) else np.zeros(3)
     radius = float(np.percentile(np.linalg.norm(points - center, axis=1), 90)) if len(points) else 1.0
@@ -109,30 +117,42 @@ def points_overview_pose(means: torch.Tensor, up: np.ndarray = np.array([0.0, 0.
 def view(target: str | Path, console: Console, port: int = 8080, host: str = "127.0.0.1",
          background: Optional[str] = None, out: Optional[str] = None, device: str = "auto",
          allow_origins: Optional[List[str]] = None, imports: Sequence[str] = (),
-         trust_config: bool = False) -> None:
-    """Serve the page until Ctrl-C; pages from ``allow_origins`` may connect besides the viewer's own."""
+         trust_config: bool = False, mesh: Optional[str] = None) -> None:
+    """Serve the page until Ctrl-C; pages from ``allow_origins`` may connect besides the viewer's own.
+    ``mesh``: a mesh PLY shown beside the scene (a checkbox hides it)."""
     from ..viewer.guard import check_allow_origins
-    from ..viewer.server import ViewerServer, check_port_free, wait_for
-    from ..viewer.service import ViewService
-    from ..viewer.session import add_scene_cameras, scene_markdown
+    from ..viewer.launch import open_viewer
+    from ..viewer.server import check_port_free, wait_for
+    from ..viewer.session import scene_markdown
 
     origins = check_allow_origins(allow_origins, "--allow-origin")
     check_port_free(host, port)
     scene = load_viewed_scene(target, console, device, background, out, imports, trust_config)
-    server = ViewerServer(host, port, title=f"splattrain: {scene.name}", training=False, allow_origins=origins,
-                          warn=console.warning)
+    if mesh is not None:
+        if scene.mesh is not None:
+            raise UserError(f"--mesh {mesh}: {target} is a mesh already")
+        scene.mesh = read_mesh_ply(mesh)
+    if scene.model is not None:
+        shown = f"{scene.model.num_gaussians:,} Gaussians"
+    else:
+        shown = f"{len(scene.mesh.vertices):,} vertices, {len(scene.mesh.faces):,} triangles"  # type: ignore[union-attr]
+    viewer = open_viewer(console, scene.name, scene.renderer, scene.background, scene.png_dir, host, port,
+                         allow_origins=origins, train=scene.train, test=scene.test, scene_scale=scene.scene_scale,
+                         note=f"{scene.name}, {shown}; Ctrl-C stops; ")
     try:
-        service = ViewService(server, scene.renderer, scene.background, scene.png_dir, log=console.info)
-        if scene.train or scene.test:
-            add_scene_cameras(server, scene.train, scene.test, scene.scene_scale, background=scene.background.tolist())
+        if scene.mesh is not None:
+            viewer.server.add_mesh(scene.mesh.vertices, scene.mesh.faces, scene.mesh.colors)
+        if not (scene.train or scene.test):
+            points = scene.model.params["means"] if scene.model is not None else scene.mesh.vertices  # type: ignore
+            viewer.server.set_initial_view(points_overview_pose(points), np.array([0.0, 0.0, 1.0]))
+        if scene.model is not None:
+            viewer.server.set_stats(scene_markdown(scene.name, scene.model.num_gaussians, scene.step))
         else:
-            server.set_initial_view(points_overview_pose(scene.model.params["means"]), np.array([0.0, 0.0, 1.0]))
-        server.set_stats(scene_markdown(scene.name, scene.model.num_gaussians, scene.step))
-        console.info(f"viewer: [bold]{server.url}[/bold]  {scene.name}, {scene.model.num_gaussians:,} Gaussians  "
-                     f"(from another machine: ssh -L {server.port}:localhost:{server.port} <this host>); Ctrl-C stops", markup=True)
+            viewer.server.set_stats(f"**{scene.name}**  \n{shown}")
         while True:
             interrupts.check()
-            service.serve_waiting(scene.model, scene.sh_degree)
-            wait_for(server.wake, 0.1)
+            if viewer.service is not None:
+                viewer.service.serve_waiting(scene.model, scene.sh_degree)  # type: ignore[arg-type]
+            wait_for(viewer.server.wake, 0.1)
     finally:
-        server.close()
+        viewer.close()

@@ -132,7 +132,7 @@ class LossConfig:
 class MetricsConfig:
     """Validation metrics."""
 
-    lpips: bool = True  # LPIPS at every validation (README, LPIPS); null in the results when its weights cannot be had
+    lpips: bool = True  # LPIPS at every validation (docs/metrics.md); null in the results when its weights cannot be had
     lpips_net: str = "alex"  # alex | vgg
     lpips_weights: Optional[str] = None  # folder with the backbone and linear-layer files, looked in first
     lpips_download: bool = True  # fetch missing weight files into torch's hub cache (SHA-256 checked); false: never

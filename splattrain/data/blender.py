@@ -9,7 +9,9 @@ import numpy as np
 
 from ..config.schema import DataConfig
 from ..errors import DataError
+from ..registry import DATASETS
 from .images import image_size, worker_count
+from .reader import DatasetReader
 from .transforms_json import check_unique, focal_from_angle, frame_file, frame_list, number, read_json, viewmat_from_gl
 from .types import SceneData
 from .views import ViewSpec, load_views, mask_file, mask_folder
@@ -100,3 +102,17 @@ def _intrinsics(meta: dict[str, Any], width: int, height: int, json_path: Path) 
     cx = number(meta, "cx", json_path) if "cx" in meta else width / 2
     cy = number(meta, "cy", json_path) if "cy" in meta else height / 2
     return np.array([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]])
+
+
+@DATASETS.register("blender", aliases=("nerf_synthetic",))
+class BlenderReader(DatasetReader):
+    """NeRF-synthetic / Blender folders (transforms_train.json, transforms_test.json, PNGs)."""
+
+    detect_hint = "blender needs transforms_train.json"
+
+    @classmethod
+    def detect(cls, path: Path) -> bool:
+        return (path / "transforms_train.json").is_file()
+
+    def load(self, path: str, cfg: DataConfig) -> SceneData:
+        return load_blender(path, cfg)

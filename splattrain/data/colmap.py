@@ -1,17 +1,21 @@
-"""Reader for COLMAP scenes: ``images/`` plus a sparse model in ``sparse/0/`` (or ``sparse/``)."""
+"""Reader for COLMAP scenes: ``images/`` plus a sparse model in ``sparse/0/`` (or ``sparse/``), found
+also below a project root (``dense/0``, ``sparse/N``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import numpy as np
 
 from ..config.schema import DataConfig
 from ..errors import DataError
+from ..registry import DATASETS
 from .colmap_model import ColmapCamera, ColmapModel, model_files, read_model
 from .distortion import Distortion
 from .images import worker_count
+from .locate import folders_below
+from .reader import DatasetReader, SceneFolder
 from .split import frame_names, held_out
 from .types import SceneData
 from .views import ViewSpec, load_views, mask_file, mask_folder, shrunk_folder
@@ -139,3 +143,47 @@ def _unregistered_note(image_dir: Path, model: ColmapModel) -> list[str]:
         f"colmap: {len(unused)} of {len(files)} files in {image_dir} are not in {model.images_file.name} "
         f"(not registered by COLMAP) and are not used, e.g. {unused[0].name}"
     ]
+
+
+def colmap_models(folder: Path) -> List[Path]:
+    """The sparse models of a COLMAP folder: ``sparse/`` itself, else each ``sparse/N``."""
+    sparse = folder / "sparse"
+    if model_files(sparse) is not None:
+        return [sparse]
+    if not sparse.is_dir():
+        return []
+    return sorted(p for p in sparse.iterdir() if p.is_dir() and model_files(p) is not None)
+
+
+@DATASETS.register("colmap")
+class ColmapReader(DatasetReader):
+    """COLMAP scenes (images/ plus sparse/0/ or sparse/, binary or text; images_N/ for downscales).
+
+    ``model`` picks one of several sparse models (e.g. ``sparse/1``), relative to the scene folder.
+    """
+
+    normalize_by_default = True
+    detect_hint = "colmap sparse/0/ with cameras.bin or cameras.txt"
+    searched_when_detected = True
+
+    def __init__(self, model: Optional[str] = None) -> None:
+        self.model = model
+
+    @classmethod
+    def detect(cls, path: Path) -> bool:
+        return find_sparse(path) is not None
+
+    @classmethod
+    def scenes_below(cls, root: Path) -> List[SceneFolder]:
+        """Every folder in or below ``root`` holding ``images/`` with a sparse model beside it
+        (one entry per model; ``model`` names one that is not ``sparse/0``)."""
+        found = []
+        for folder in folders_below(root):
+            if (folder / "images").is_dir():
+                for model in colmap_models(folder):
+                    pick = {} if model.name in ("sparse", "0") else {"model": model.relative_to(folder).as_posix()}
+                    found.append(SceneFolder(folder, f"colmap model {model}", pick))
+        return found
+
+    def load(self, path: str, cfg: DataConfig) -> SceneData:
+        return load_colmap(path, cfg, model=self.model)

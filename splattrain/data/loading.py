@@ -1,4 +1,5 @@
-"""Pick the reader for a dataset folder, load it, and normalise the scene."""
+"""Pick the reader for a dataset folder, load it, and normalise the scene (no format is named here:
+each reader module registers itself and says what its folders look like)."""
 
 from __future__ import annotations
 
@@ -13,63 +14,9 @@ from ..errors import ConfigError, DataError
 from ..registry import DATASETS
 from .depths import attach_depths, depth_folder
 from .images import PHOTO_SUFFIXES
-from .locate import locate_scene, resolve_data_path
+from .locate import choose_scene, resolve_data_path
 from .reader import DatasetReader
 from .types import SceneData
-
-
-@DATASETS.register("colmap")
-class ColmapReader(DatasetReader):
-    """COLMAP scenes (images/ plus sparse/0/ or sparse/, binary or text; images_N/ for downscales).
-
-    ``model`` picks one of several sparse models (e.g. ``sparse/1``), relative to the scene folder.
-    """
-
-    normalize_by_default = True
-
-    def __init__(self, model: Optional[str] = None) -> None:
-        self.model = model
-
-    @classmethod
-    def detect(cls, path: Path) -> bool:
-        from .colmap import find_sparse
-
-        return find_sparse(path) is not None
-
-    def load(self, path: str, cfg: DataConfig) -> SceneData:
-        from .colmap import load_colmap
-
-        return load_colmap(path, cfg, model=self.model)
-
-
-@DATASETS.register("nerfstudio")
-class NerfstudioReader(DatasetReader):
-    """nerfstudio folders (one transforms.json; per-frame or shared intrinsics, distortion, masks)."""
-
-    normalize_by_default = True
-
-    @classmethod
-    def detect(cls, path: Path) -> bool:
-        return (path / "transforms.json").is_file()
-
-    def load(self, path: str, cfg: DataConfig) -> SceneData:
-        from .nerfstudio import load_nerfstudio
-
-        return load_nerfstudio(path, cfg)
-
-
-@DATASETS.register("blender", aliases=("nerf_synthetic",))
-class BlenderReader(DatasetReader):
-    """NeRF-synthetic / Blender folders (transforms_train.json, transforms_test.json, PNGs)."""
-
-    @classmethod
-    def detect(cls, path: Path) -> bool:
-        return (path / "transforms_train.json").is_file()
-
-    def load(self, path: str, cfg: DataConfig) -> SceneData:
-        from .blender import load_blender
-
-        return load_blender(path, cfg)
 
 
 def detect_format(path: Path) -> str:
@@ -87,9 +34,9 @@ def detect_format(path: Path) -> str:
             f"data.path '{path}' holds photos but no camera poses; make a scene of them first: "
             f"splattrain process {path} {scene}, then data.path={scene}"
         )
+    hints = ", ".join(reader.detect_hint for _, reader in DATASETS.entries() if getattr(reader, "detect_hint", ""))
     raise DataError(
-        f"data.path '{path}': cannot tell the dataset format (no reader recognises it: blender needs "
-        f"transforms_train.json, nerfstudio transforms.json, colmap sparse/0/ with cameras.bin or cameras.txt); "
+        f"data.path '{path}': cannot tell the dataset format (no reader recognises it: {hints}); "
         f"set data.type to one of {', '.join(DATASETS)}"
     )
 
@@ -114,36 +61,27 @@ def _data_config(cfg: DataConfig | DictConfig) -> DataConfig:
 
 def find_scene(data: DataConfig, config_dir: Optional[Path]) -> tuple[str, Path, dict, list[str]]:
     """(reader name, scene folder, reader options, notes) for ``data``: a relative path is also
-    looked for next to the config, and a COLMAP/nerfstudio scene below the folder given."""
+    looked for next to the config, and the scene below a project root (the readers' ``scenes_below``)."""
     root, notes = resolve_data_path(data.path, config_dir)
     kind, options = data.type, dict(data.options)
-    if kind not in ("auto", "colmap", "nerfstudio"):
-        return kind, root, options, notes
-    if kind == "nerfstudio" and (root / "transforms.json").is_file():
-        return kind, root, options, notes
-    direct = _detected(root) if kind == "auto" else kind
-    if (direct in (None, "colmap") or kind == "nerfstudio") and "model" not in options and root.is_dir():
-        found, model, located = locate_scene(root, kind)
-        notes += located
-        if found != root or model is not None:
-            root = found
-            if model is not None:
-                direct = "colmap"
-                if model.parent.name == "sparse" and model.name != "0":
-                    options["model"] = model.relative_to(root).as_posix()
-            else:
-                direct = "nerfstudio" if (root / "transforms.json").is_file() else direct
+    readers = list(reversed(DATASETS.entries())) if kind == "auto" else [(kind, DATASETS.get(kind))]
+    detected = next((name for name, reader in readers if root.is_dir() and _detects(reader, root)), None)
+    reader = dict(readers).get(detected)
+    if not options and root.is_dir() and (reader is None or getattr(reader, "searched_when_detected", False)):
+        found = choose_scene(root, [(name, scene) for name, each in readers
+                                    for scene in getattr(each, "scenes_below", lambda _: [])(root)])
+        if found is not None:
+            detected, root, options, located = found
+            notes += located
     if kind == "auto":
-        kind = direct if direct is not None else detect_format(root)
+        kind = detected if detected is not None else detect_format(root)
         notes.append(f"data.type auto: detected {kind} in {root}")
     return kind, root, options, notes
 
 
-def _detected(path: Path) -> Optional[str]:
-    try:
-        return detect_format(path)
-    except DataError:
-        return None
+def _detects(reader: Any, path: Path) -> bool:
+    detect = getattr(reader, "detect", None)
+    return bool(detect is not None and detect(path))
 
 
 def load_scene(cfg: DataConfig | DictConfig, config_dir: Optional[Path] = None) -> tuple[str, SceneData]:

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import numpy as np
 
 from ..config.schema import DataConfig
 from ..errors import DataError
 from ..io.ply import read_ply_vertices
+from ..registry import DATASETS
 from .distortion import Distortion
 from .images import image_size, worker_count
+from .locate import folders_below
+from .reader import DatasetReader, SceneFolder
 from .split import frame_names, held_out
 from .transforms_json import check_unique, frame_file, frame_list, number, read_json, viewmat_from_gl
 from .types import SceneData
@@ -161,3 +164,24 @@ def _points(json_path: Path, meta: dict[str, Any]) -> tuple[Optional[np.ndarray]
     else:
         rgb = np.full((len(xyz), 3), 128, dtype=np.uint8)
     return (xyz, rgb) if len(xyz) else (None, None)
+
+
+@DATASETS.register("nerfstudio")
+class NerfstudioReader(DatasetReader):
+    """nerfstudio folders (one transforms.json; per-frame or shared intrinsics, distortion, masks)."""
+
+    normalize_by_default = True
+    detect_hint = "nerfstudio transforms.json"
+
+    @classmethod
+    def detect(cls, path: Path) -> bool:
+        return (path / "transforms.json").is_file()
+
+    @classmethod
+    def scenes_below(cls, root: Path) -> List[SceneFolder]:
+        """A folder holding transforms.json one level below ``root``."""
+        return [SceneFolder(folder, f"nerfstudio {folder / 'transforms.json'}", {})
+                for folder in folders_below(root) if folder.parent == root and cls.detect(folder)]
+
+    def load(self, path: str, cfg: DataConfig) -> SceneData:
+        return load_nerfstudio(path, cfg)

@@ -74,7 +74,8 @@ class DataPipeline:
     Batches: ``image`` float [C,H,W,3] (RGBA composited over ``background``), ``alpha``
     [C,H,W,1] for RGBA data, ``mask`` bool [C,H,W,1] when the views have masks, ``depth`` float
     [C,H,W,1] when they have depth maps (0: unknown),
-    ``background`` [3] (the colour used), ``camera`` (list), ``image_id`` [C]. A training batch
+    ``background`` [3] (the colour used), ``camera`` (list), ``image_id`` [C]; training batches
+    also ``step`` (the training step they are for, an int). A training batch
     holds ``views`` views (C), drawn in turn from the epoch order, over one background.
     ``world_transform`` (float64 [4,4]) maps the dataset's world frame to the cameras' frame.
 
@@ -191,7 +192,9 @@ class DataPipeline:
             batch = self._prefetcher.take()
             self._saved = self._view_state()
             self._prefetcher.submit(self._gather, self.train_frames, *self._draw())
-        return batch if self._convert_in_worker else self._convert(batch)
+        batch = batch if self._convert_in_worker else self._convert(batch)
+        batch["step"] = step
+        return batch
 
     def test_batches(self) -> Iterator[Dict[str, Any]]:
         """One batch per test view, in order, over the fixed ``background``."""

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config.schema import DataConfig
     from .types import SceneData
+
+
+class SceneFolder(NamedTuple):
+    """A scene a reader found in or below a project root: its folder, a description for messages
+    (``colmap model dense/0/sparse``), and the reader options that pick it."""
+
+    folder: Path
+    description: str
+    options: Dict[str, Any]
 
 
 class DatasetReader(ABC):
@@ -25,6 +34,17 @@ class DatasetReader(ABC):
 
     #: Whether ``data.normalize: null`` centres and scales the scene (arbitrary world frames).
     normalize_by_default: bool = False
+    #: What :meth:`detect` looks for (named when no reader recognises a folder).
+    detect_hint: str = ""
+    #: Whether a folder :meth:`detect` accepts may still be a project root with the scene deeper
+    #: (COLMAP: a distorted model on top, the undistorted scene in ``dense/0``).
+    searched_when_detected: bool = False
+
+    @classmethod
+    def scenes_below(cls, root: Path) -> List[SceneFolder]:
+        """The scenes of this format in ``root`` or below it (a project root holding the scene
+        folder); none by default (the reader reads ``data.path`` as given)."""
+        return []
 
     @classmethod
     def detect(cls, path: Path) -> bool:

@@ -12,12 +12,20 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from ..cameras import Camera
 from ..data.loading import load_scene
-from ..data.pipeline import DataPipeline, camera_scene_scale
+from ..data.locate import resolve_data_path
+from ..data.pipeline import DataPipeline, camera_scene_scale, focus_point
+from ..data.types import SceneData
 from ..distributed import DistContext
+from ..errors import ConfigError, DataError
 from ..hooks.base import Hook
 from ..hooks.specs import build_hook, hook_sections
+from ..hooks.trainer_api import RunSchedule
+from ..io.gaussians_file import read_gaussians_file
+from ..io.limits import require_memory
 from ..losses import Loss, build_loss
+from ..model import init as model_init
 from ..model.gaussians import GaussianModel
 from ..optim import build_optimizers, build_schedulers
 from ..render import build_renderer
@@ -25,10 +33,8 @@ from ..render.base import Renderer
 from ..strategy import SceneFacts, build_strategy
 from ..strategy.protocol import Strategy
 from ..view_opt import ViewCorrections
-from ..hooks.trainer_api import RunSchedule
 from .batching import views_per_step
 from .step_scaling import check_schedule
-from .model_init import build_model
 from .resolution import ResolutionSchedule, build_schedule
 
 Message = Callable[[str], None]
@@ -62,7 +68,11 @@ def build_components(cfg: DictConfig, dist: DistContext, background: torch.Tenso
                      info: Message, warning: Message, scaled: Tuple[str, ...] = ()) -> Components:
     """Load the scene and build the model, renderer, strategy, loss, optimizers and view corrections."""
     device, max_steps = dist.device, int(cfg.trainer.max_steps)
+    found, notes = resolve_data_path(cfg.data.path, config_dir)
+    if found.exists():  # the run's config.yaml and checkpoints find the data from any directory
+        cfg.data.path = str(found.resolve())
     data_type, scene = load_scene(cfg.data, config_dir=config_dir)
+    scene.extra["notes"] = notes + list(scene.extra.get("notes", []))
     views = views_per_step(cfg.trainer.batch_size, cfg.optim.accumulate_steps, [f.camera for f in scene.train])
     data = DataPipeline(
         scene, background, device, seed=cfg.seed,
@@ -70,7 +80,7 @@ def build_components(cfg: DictConfig, dist: DistContext, background: torch.Tenso
         rank=dist.rank, world_size=dist.world_size,
     )
     scene_scale = camera_scene_scale(data.train_cameras)
-    model = build_model(cfg, scene, data.train_cameras, info).to(device)
+    model = initial_model(cfg, scene, data.train_cameras, info).to(device)
     strategy_spec = plain(cfg.strategy)
     renderer = build_renderer(plain(cfg.renderer), device, log=info, warn=warning,
                               absgrad=bool(strategy_spec.get("absgrad", False)))
@@ -97,6 +107,27 @@ def build_components(cfg: DictConfig, dist: DistContext, background: torch.Tenso
         strategy_state=strategy.initialize_state(scene_scale=scene_scale), view_opt=view_opt,
         resolution=build_schedule(cfg.trainer.resolution, max_steps, scene.train, list(cfg.data.background)),
     )
+
+
+def initial_model(cfg: DictConfig, scene: SceneData, cameras: List[Camera], info: Message) -> GaussianModel:
+    """The Gaussians ``model.init`` asks for (:mod:`splattrain.model.init`): a scene file, the sparse
+    points, or random points; a start that cannot fit in memory is refused in one line."""
+    init, degree = cfg.model.init, int(cfg.model.sh_degree)
+    if init.ply is not None:
+        params, file_degree = read_gaussians_file(init.ply)
+        model = model_init.from_file(init, params, file_degree, degree)
+        info(f"initialised {model.num_gaussians} Gaussians from {init.ply}")
+        return model
+    points = model_init.uses_points(init, scene.points, cfg.data.path)
+    count = len(scene.points) if points else int(init.num_points)
+    what = f"the {count} sparse points of {cfg.data.path}" if points else f"model.init.num_points={count}"
+    try:
+        require_memory(what, model_init.start_memory_bytes(count, degree))
+    except DataError as err:
+        raise ConfigError(str(err)) from None
+    if points:
+        return model_init.from_points(init, degree, scene.points, scene.point_colors, cfg.seed)
+    return model_init.random_gaussians(init, degree, focus_point(cameras), cfg.seed)
 
 
 @dataclass

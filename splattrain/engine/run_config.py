@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 from omegaconf import DictConfig
 
-from ..config.imports import resolved_imports
+from ..config.imports import import_user_modules, resolved_imports
 from ..config.loader import read_config
 from ..errors import ConfigError
 from .plugins import check_plugin_sections
@@ -25,6 +25,18 @@ class RunConfig:
 
     cfg: DictConfig
     scaled: Tuple[str, ...] = ()
+
+
+def prepare_config(cfg: DictConfig, config_dir: Optional[Path]) -> Tuple[str, ...]:
+    """What the trainer does to any config it is given: its ``imports:`` named by absolute path (so
+    the run's config.yaml finds them from any directory) and imported; a config not fitted to its
+    run yet (built in code, not read by :func:`load_config`) scaled here. Returns the lines of
+    the settings scaled here (none for a config :func:`load_config` read)."""
+    cfg.imports = resolved_imports(list(cfg.imports), config_dir)
+    import_user_modules(list(cfg.imports), config_dir)
+    if cfg.trainer.schedule_steps is not None or float(cfg.trainer.steps_scaler) != 1.0:
+        return tuple(scale_steps(cfg))
+    return ()
 
 
 def load_config(path: str | Path, overrides: Sequence[str] = (), check_plugins: bool = True) -> DictConfig:

@@ -74,6 +74,10 @@ def print_header(run: ReportedRun, gaussians: int) -> None:
     console.info(f"strategy {type(run.strategy).__name__}  loss {terms}")
     if run.resolution is not None:
         console.info(f"coarse-to-fine (trainer.resolution): training views at {run.resolution.describe()}")
+    kinds = {str(spec.get("type")) for spec in run.cfg.writers}
+    if run.cfg.writers and not kinds & {"image", "ImageWriter"}:
+        console.info("writers: no image writer, so validation images are not saved as PNGs (add {type: image} "
+                     "to writers to keep them)")
     if run.schedule.scaled:
         console.info("step settings scaled to the run: " + "; ".join(run.schedule.scaled))
     rows = [[p, ", ".join(n)] for p, n in run.hooks.table()]

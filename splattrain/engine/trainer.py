@@ -13,34 +13,29 @@ from omegaconf import DictConfig, OmegaConf
 
 from .. import interrupts
 from ..config import config_to_yaml
-from ..config.imports import import_user_modules, resolved_imports
 from ..console import Console
 from ..distributed import DistContext, RankConsole
 from ..errors import ConfigError, UserError
 from ..hooks.base import Hook
 from ..hooks.dispatch import HookDispatcher
 from ..hooks.resolution import ResolutionScheduleHook
-from ..hooks.trainer_api import GaussiansMoved, StepOutputs
-from ..io.gaussians_file import FORMATS
+from ..hooks.trainer_api import StepOutputs
 from ..metrics import Evaluator, mean_metrics
 from ..optim import clear_grads, step_optimizers
 from ..registry import TRAINERS
 from ..writers import WriterGroup, build_writers
 from . import checkpointing, rescue, run_report, signals
-from .agreement import agree_on_requests, agree_on_step
+from .requests import StepRequests, agree_on_step
 from .batching import mean_losses, micro_batches
 from .build import build_components, build_hooks
 from .replicas import check_replicas
+from .run_config import prepare_config
 from .run_folder import RunFolder
 from .setup import resolve_device, seed_everything
-from .step_scaling import scale_steps
-
-#: What a published checkpoint keeps: enough to evaluate, render and export.
-PUBLISHED_KEYS = ("version", "step", "config", "sh_degree", "gaussians", "last_metrics", "world_transform")
-
+from .steering import SteeringCalls
 
 @TRAINERS.register("DefaultTrainer")
-class DefaultTrainer:
+class DefaultTrainer(SteeringCalls):
     """Trains a Gaussian scene from a resolved config, calling hooks at every point.
 
     Build it with a config from :func:`splattrain.engine.load_config` (``scaled``: the lines
@@ -54,10 +49,7 @@ class DefaultTrainer:
                  resume_command: Optional[str] = None, scaled: Sequence[str] = ()) -> None:
         self.cfg = cfg
         self.console = console or Console()
-        cfg.imports = resolved_imports(list(cfg.imports), config_dir)  # the run's config.yaml finds them anywhere
-        import_user_modules(list(cfg.imports), config_dir)
-        if cfg.trainer.schedule_steps is not None or float(cfg.trainer.steps_scaler) != 1.0:
-            scaled = scale_steps(cfg)  # a config not read by load_config: its step settings are fitted here
+        scaled = prepare_config(cfg, config_dir) or scaled
         seed_everything(cfg.seed)
         self.dist = DistContext.from_env(cfg.trainer.dist_backend, resolve_device(cfg.trainer.device),
                                          cfg.trainer.dist_threads, cfg.trainer.dist_early_bytes)
@@ -100,74 +92,29 @@ class DefaultTrainer:
         #: data position and RNG states before the running step: what a rescue checkpoint needs.
         self.completed_step = self.start_step = 0
         self.state_before_step: Optional[Dict[str, Any]] = None
-        #: Requests hooks made during the running step (acted on after it, agreed across ranks).
-        self._stop_request: Optional[str] = None
-        self._validation_request = self._checkpoint_request = False
+        self.requests = StepRequests()  #: what hooks asked during the running step
         self.stopped: Optional[Dict[str, Any]] = None  #: ``{step, reason}`` once a requested stop ended the run
         self._paused_in_step = 0.0  # seconds the running step spent paused
         self._failed = False  # once the run failed: no collective exchange (the other ranks may be gone)
 
-    # -- what hooks read ------------------------------------------------------------
-    @property
-    def max_steps(self) -> int:
-        """The run's last step."""
-        return self.schedule.max_steps
-
-    @property
-    def checkpoint_dir(self) -> Path:
-        """Where the run's checkpoints go (``checkpoint_dir``, default ``<output_dir>/ckpt``)."""
-        return self.run_folder.checkpoint_dir
-
-    @property
-    def rank(self) -> int:
-        """This process's rank (0 in a single process)."""
-        return self.dist.rank
-
-    @property
-    def world_size(self) -> int:
-        """The number of ranks training together."""
-        return self.dist.world_size
-
-    @property
-    def is_main(self) -> bool:
-        """True on rank 0, the rank that writes files and prints."""
-        return self.dist.is_main
-
+    # -- steering (the Trainer protocol; the calls that only delegate are SteeringCalls') ------
     @property
     def stop_reason(self) -> Optional[str]:
         """Why the run was asked to stop (None while it goes on)."""
-        return self.stopped["reason"] if self.stopped else self._stop_request
+        return self.stopped["reason"] if self.stopped else self.requests.stop
 
-    # -- steering (the Trainer protocol) ------------------------------------------------
     def request_stop(self, reason: str) -> None:
         """End the run after the current step, with a final validation, a checkpoint and
         ``results.json`` recording ``stopped: {step, reason}`` (every rank stops at the same step)."""
-        if self._stop_request is None:
-            self._stop_request = str(reason)
+        self.requests.ask_stop(reason)
 
     def request_validation(self) -> None:
         """Validate after the current step."""
-        self._validation_request = True
+        self.requests.validate = True
 
     def request_checkpoint(self) -> None:
         """Save a resumable checkpoint after the current step."""
-        self._checkpoint_request = True
-
-    def cap_gaussians(self, limit: Optional[int]) -> None:
-        """Bound densification's growth at ``limit`` Gaussians (with the strategy's own cap)."""
-        self.strategy.limit_growth(limit)
-
-    def remove_gaussians(self, mask: torch.Tensor) -> None:
-        """Remove the Gaussians where ``mask`` is True, with their optimizer and strategy state."""
-        self.strategy.remove_gaussians(self.model.params, self.optimizers, self.strategy_state, mask)
-
-    def on_gaussians_moved(self, listener: GaussiansMoved) -> None:
-        """Call ``listener(sources, params)`` whenever the strategy changes the rows."""
-        self.strategy.add_reindex_listener(listener)
-
-    def set_train_resolution(self, factor: float) -> None:
-        """Train on the views shrunk by ``factor`` from the next step on."""
-        self.data.set_train_downscale(factor)
+        self.requests.checkpoint = True
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -179,14 +126,6 @@ class DefaultTrainer:
         finally:
             self._paused_in_step += time.perf_counter() - started
             self.call_hook("on_pause", False)
-
-    def learning_rates(self) -> Dict[str, float]:
-        """The current learning rate of each parameter group."""
-        return {name: optimizer.param_groups[0]["lr"] for name, optimizer in self.optimizers.items()}
-
-    def max_over_ranks(self, values: Sequence[float]) -> List[float]:
-        """The largest of each value over the ranks."""
-        return self.dist.max_over_ranks(list(values))
 
     def register_hook(self, hook: Hook) -> None:
         """Add a hook; dispatch tables are rebuilt so unused points stay free."""
@@ -288,10 +227,8 @@ class DefaultTrainer:
 
     def _after_requests(self, step: int, validated: bool) -> bool:
         """Act on the step's requests as the ranks agree on them; True when the run stops here."""
-        reason, validate, save = agree_on_requests(
-            self, self._stop_request, self._validation_request, self._checkpoint_request)
+        reason, validate, save = self.requests.agreed(self.dist)
         stop = reason is not None
-        self._stop_request, self._validation_request, self._checkpoint_request = None, False, False
         interval = int(self.cfg.trainer.replica_check_interval)
         if interval > 0 and step % interval == 0:
             self._check_replicas(f"after step {step}")
@@ -343,7 +280,7 @@ class DefaultTrainer:
         losses = self.dist.sync_gradients(synced, mean_losses(terms), sh_degree)  # mean over ranks
         outputs = StepOutputs(render=render, losses=losses, sh_degree=sh_degree, batch=batch)
         self.call_hook("after_backward", step, outputs)
-        agree_on_step(self, outputs)
+        agree_on_step(self.dist, self.hooks.hooks, outputs)
         if not outputs.skip_update:
             if self.densify_after_step:  # gsplat's order: the step's update survives refinement
                 self.call_hook("before_optimizer_step", step, outputs)
@@ -423,24 +360,6 @@ class DefaultTrainer:
             return self.run_folder.checkpoint_path(self.step, name)
         return self.run_folder.write_checkpoint(checkpoint, name, keep_last)
 
-    def export_scene(self, name: str, fmt: str = "ply") -> Optional[Path]:
-        """Write the current Gaussians to ``<run_dir>/<name>`` in ``fmt`` (rank 0)."""
-        antialiased = self.renderer.rasterize_mode == "antialiased"
-        return self.run_folder.write_scene(name, self.model.params, fmt, antialiased) if self.is_main else None
-
-    def publish(self, formats: Sequence[str]) -> Optional[Path]:
-        """Write ``ckpt/published.pt`` (no training state) and ``scene.<ext>`` in each format (rank 0)."""
-        state = {key: value for key, value in self.checkpoint_state().items() if key in PUBLISHED_KEYS}
-        if not self.is_main:  # every rank builds the state (hooks may compare ranks); rank 0 writes
-            return None
-        for fmt in formats:
-            self.export_scene(f"scene.{FORMATS[fmt]}", fmt)
-        return self.run_folder.write_checkpoint(state, "published")
-
-    def read_checkpoint(self, source: str | Path) -> tuple[Path, Dict[str, Any]]:
-        """Find, load and check ``source`` (a path, or ``"latest"``) against this run; changes nothing."""
-        return checkpointing.read_checkpoint(self, source, self.checkpoint_dir, self.console.warning)
-
     def load_checkpoint(self, source: str | Path) -> Dict[str, Any]:
         """Restore a checkpoint (a path or ``"latest"``) and continue from its step."""
         path, checkpoint = self.read_checkpoint(source)
@@ -479,9 +398,10 @@ class DefaultTrainer:
         signum = stop or (interrupts.SNAPSHOT_SIGNAL if snapshot else None)
         if signum is None:
             return
-        self._checkpoint_request = False
+        pending = self.requests.take_checkpoint()  # asked during the step: acted on after it, unless saved here
         self.call_hook("on_signal", signum)
-        wanted, self._checkpoint_request = self._checkpoint_request, False
+        wanted = self.requests.take_checkpoint()
+        self.requests.checkpoint = pending and not wanted
         last = self.checkpoint_dir / "last.pt"
         if finished:  # the last step's checkpoint is the one to resume from
             path = last if wanted and last.exists() else None

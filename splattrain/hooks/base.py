@@ -121,8 +121,9 @@ class Hook:
         optimizer step; may set ``outputs.skip_update``."""
 
     def before_optimizer_step(self, trainer: Trainer, step: int, outputs: StepOutputs) -> None:
-        """After densification, right before the optimizers step (not called when the step's
-        update is skipped); the gradients are final here."""
+        """Right before the optimizers step (not called when the step's update is skipped); the
+        gradients are final here. Densification follows the optimizer step by default
+        (``optim.densify_after_step: true``), precedes it with ``false``."""
 
     def after_train_iter(
         self, trainer: Trainer, step: int, batch: Dict[str, Any], outputs: StepOutputs

@@ -88,25 +88,20 @@ class ViewerHook(Hook):
 
     # -- life cycle ----------------------------------------------------------------------
     def before_run(self, trainer) -> None:
-        from ..viewer.server import ViewerServer, ViewerSettings
-        from ..viewer.service import RenderBudget, ViewService
-        from ..viewer.session import add_scene_cameras
+        from ..viewer.launch import open_viewer
+        from ..viewer.server import ViewerSettings
+        from ..viewer.service import RenderBudget
 
         settings = ViewerSettings(mode=self.render_mode, resolution=self.resolution, train_share=self.train_share,
                                   refresh=self.refresh, show_cameras=self.cameras)
-        self.server = ViewerServer(self.host, self.port, title=f"splattrain: {trainer.cfg.name}", training=True,
-                                   settings=settings, allow_origins=self.allow_origins, warn=trainer.console.warning)
-        self.service = ViewService(self.server, trainer.renderer, trainer.background, trainer.run_dir / "viewer",
-                                   log=trainer.console.info)
+        data = trainer.data
+        viewer = open_viewer(trainer.console, trainer.cfg.name, trainer.renderer, trainer.background,
+                             trainer.run_dir / "viewer", self.host, self.port, training=True, settings=settings,
+                             allow_origins=self.allow_origins, train=data.train_frames, test=data.test_frames,
+                             scene_scale=trainer.scene_scale, thumbnails=self.thumbnails)
+        self.server, self.service = viewer.server, viewer.service
         self.budget = RenderBudget(self.train_share)
         self._trainer = trainer
-        data = trainer.data
-        add_scene_cameras(self.server, data.train_frames, data.test_frames, trainer.scene_scale, self.thumbnails,
-                          trainer.background.tolist())
-        if self.server.port != self.port and self.port != 0:
-            trainer.console.warning(f"viewer port {self.port} was taken; using {self.server.port}")
-        trainer.console.info(f"viewer: [bold]{self.server.url}[/bold]  (from another machine: "
-                             f"ssh -L {self.server.port}:localhost:{self.server.port} <this host>)", markup=True)
         if self.start_paused:
             self.server.set_paused(True)
 

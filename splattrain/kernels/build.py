@@ -172,7 +172,7 @@ def _declare(handle: ctypes.CDLL) -> None:
         fill = getattr(handle, f"splat_bin_fill_{suffix}")
         fill.argtypes, fill.restype = [ptr] * 4 + [i64, i64, *grid, i32, i32, i32, *[ptr] * 6], None
         forward = getattr(handle, f"splat_forward_{suffix}")
-        forward.argtypes, forward.restype = [*scene, ptr, ptr, ptr], None
+        forward.argtypes, forward.restype = [*scene, ptr, ptr, ptr, i32, ptr], None
         backward = getattr(handle, f"splat_backward_{suffix}")
         backward.argtypes, backward.restype = [*scene, *[ptr] * 9], None
         images = [ptr, ptr, i64, i32, i32, i32, i32]  # pred, target, N, H, W, C, threads

@@ -75,6 +75,7 @@ struct Scene {
     int width, height, tile_size, tiles_x, tiles_y, channels;
     double* reach;  // [C * N, 4]: find_reach's output in the forward pass, its input backward
     const S* backgrounds;  // [C, D] composited behind each pixel (its final transmittance times it), or null
+    int median_channel;    // the colour channel (a depth) whose median the forward pass also writes, or -1
 };
 
 // Per Gaussian: the half extents (y, x) in pixels of the ellipse where its alpha can still
@@ -267,6 +268,8 @@ struct ForwardPixels {
     S* __restrict color;  // D planes of n pixels
     int32_t* __restrict last;
     int32_t* __restrict done;
+    S* __restrict median;  // channel median_channel of the last contributor with transmittance > 0.5 in front, or null
+    int median_channel;
     size_t n;
 };
 
@@ -289,7 +292,7 @@ struct BackwardPixels {
 // A forward and a backward tile kernel.
 template <typename S>
 struct Kernels {
-    void (*forward)(const Scene<S>&, int64_t, S*, S*, int32_t*);
+    void (*forward)(const Scene<S>&, int64_t, S*, S*, int32_t*, S*);
     void (*backward)(const Scene<S>&, int64_t, const S*, const int32_t*, const S*, const S*, S*);
 };
 
@@ -304,23 +307,25 @@ Kernels<float> float_kernels() {
     }
 }
 
-// float with 3 or 4 channels (the renderer's cases) runs the widest build; float64 (used to
-// check gradients) and other channel counts run the baseline build.
+// float with 3, 4 or 8 channels (the renderer's cases: colour, depth, and the geometry channels
+// padded to 8) runs the widest build; float64 (used to check gradients) and other channel counts
+// run the baseline build.
 template <typename S>
 Kernels<S> kernels(int channels) {
     if constexpr (std::is_same_v<S, float>) {
         if (channels == 3) return float_kernels<3>();
         if (channels == 4) return float_kernels<4>();
+        if (channels == 8) return float_kernels<8>();
     }
     return {baseline::forward_tile<0, S>, baseline::backward_tile<0, S>};
 }
 
 template <typename S>
-void composite_forward(const Scene<S>& s, int threads, S* render, S* trans, int32_t* last) {
+void composite_forward(const Scene<S>& s, int threads, S* render, S* trans, int32_t* last, S* median) {
     find_reach(s, threads);
     const Kernels<S> run = kernels<S>(s.channels);
     parallel_for(s.n_cams * s.tiles_x * s.tiles_y, threads,
-                 [&](int64_t index) { run.forward(s, index, render, trans, last); });
+                 [&](int64_t index) { run.forward(s, index, render, trans, last, median); });
 }
 
 // Per-intersection gradient rows, then summed per Gaussian into the gradient outputs (which
@@ -373,11 +378,12 @@ void composite_backward(const Scene<S>& s, int threads, const S* trans, const in
         const int32_t* offsets, const int32_t* flatten_ids, int64_t n_isects, int64_t n_cams,      \
         int64_t n_splats,                                                                          \
         int width, int height, int tile_size, int tiles_x, int tiles_y, int channels, int threads, \
-        double* reach, const S* backgrounds, S* render, S* trans, int32_t* last) {                  \
+        double* reach, const S* backgrounds, S* render, S* trans, int32_t* last,                   \
+        int median_channel, S* median) {                                                           \
         const Scene<S> s{means2d, conics, opacities, colors, offsets, flatten_ids, n_isects,       \
                          n_cams, n_splats, width, height, tile_size, tiles_x, tiles_y, channels,   \
-                         reach, backgrounds};                                                      \
-        composite_forward(s, threads, render, trans, last);                                        \
+                         reach, backgrounds, median_channel};                                      \
+        composite_forward(s, threads, render, trans, last, median);                                \
     }                                                                                              \
     extern "C" void splat_backward_##SUFFIX(                                                       \
         const S* means2d, const S* conics, const S* opacities, const S* colors,                    \
@@ -389,7 +395,7 @@ void composite_backward(const Scene<S>& s, int threads, const S* trans, const in
         S* grad_conics, S* grad_opacities, S* grad_colors) {                                       \
         const Scene<S> s{means2d, conics, opacities, colors, offsets, flatten_ids, n_isects,       \
                          n_cams, n_splats, width, height, tile_size, tiles_x, tiles_y, channels,   \
-                         reach, backgrounds};                                                      \
+                         reach, backgrounds, -1};                                                  \
         composite_backward(s, threads, trans, last, grad_render, grad_trans, grad_isect,           \
                            grad_means2d, grad_conics, grad_opacities, grad_colors);                \
     }

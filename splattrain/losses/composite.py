@@ -28,6 +28,11 @@ class Loss:
         """Whether a term reads the rendered depth."""
         return any(term.needs_depth for _, term in self.terms)
 
+    @property
+    def needs_outputs(self) -> frozenset:
+        """The renderer's extra images the terms read (``Renderer.extra_outputs``)."""
+        return frozenset().union(*(term.needs_outputs for _, term in self.terms))
+
     def __call__(self, render: Any, batch: Mapping[str, Any], model: Any) -> Dict[str, Tensor]:
         values: Dict[str, Tensor] = {}
         total: Optional[Tensor] = None
@@ -40,7 +45,8 @@ class Loss:
         return values
 
     def drop_unavailable(self, trainer: Any, warn: Callable[[str], None]) -> None:
-        """Remove the terms that cannot apply to ``trainer``'s run, with one warning each."""
+        """Remove the terms that cannot apply to ``trainer``'s run, with one warning each, and
+        have ``trainer.renderer`` render the extra images the others read (``needs_outputs``)."""
         kept = []
         for name, term in self.terms:
             reason = term.unavailable(trainer)
@@ -51,6 +57,8 @@ class Loss:
         if not kept:
             raise ConfigError("no loss term applies to this run: " + ", ".join(n for n, _ in self.terms))
         self.terms = kept
+        if self.needs_outputs:
+            trainer.renderer.extra_outputs = self.needs_outputs
 
 
 def loss_specs(loss_cfg: Mapping[str, Any], strategy_terms: Sequence[Mapping[str, Any]] = ()) -> List[Dict[str, Any]]:

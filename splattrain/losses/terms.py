@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Mapping, Optional
 
 import torch
 from torch import Tensor
@@ -27,7 +27,7 @@ class LossTerm(ABC):
     scalar to the loss. ``render`` is the :class:`~splattrain.RenderResult` (``rgb`` [C,H,W,3],
     ``alpha``, ``depth`` when ``needs_depth``), ``batch`` the training batch (``image`` [C,H,W,3],
     ``mask`` bool [C,H,W,1] when the dataset has masks, ``depth`` [C,H,W,1] when it has depth
-    maps, ``camera``, ``image_id``, ``background``), ``model`` the
+    maps, ``camera``, ``image_id``, ``background``, ``step`` in training), ``model`` the
     :class:`~splattrain.GaussianModel`. A term that cannot apply to this run says why in
     :meth:`unavailable` (asked once, when the trainer is built) and is skipped with one warning.
     Terms keep no state in checkpoints: they are rebuilt from their options.
@@ -35,6 +35,9 @@ class LossTerm(ABC):
 
     #: Set when the term reads ``render.depth`` (training renders then include depth).
     needs_depth: bool = False
+    #: The renderer's extra images the term reads (``normals``, ``distortion``: see
+    #: ``Renderer.extra_outputs``); a renderer that cannot render them makes the term unavailable.
+    needs_outputs: FrozenSet[str] = frozenset()
 
     def __init__(self, weight: float = 1.0) -> None:
         if not weight >= 0.0 or weight == float("inf"):

@@ -5,11 +5,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, List, Optional
 
 from torch import Tensor
 
 from ..errors import ConfigError
+from .outputs import DepthArg, check_extra_outputs
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..cameras import Camera
@@ -26,6 +27,15 @@ class RenderResult:
         rgb: [C, H, W, 3] colours composited over the background.
         alpha: [C, H, W, 1] accumulated opacity.
         depth: [C, H, W, 1] expected depth (accumulated depth / alpha), or None.
+        median_depth: [C, H, W, 1] median depth, or None: the depth of the last contributing
+            Gaussian in front of which the pixel's transmittance is still above 0.5 (the one at
+            which the accumulated opacity first reaches one half; the last contributing one where
+            it never does; 0 where none contributes: ``alpha`` tells). Not differentiable.
+        normals: [C, H, W, 3] alpha-composited normals of the Gaussians (the axis of each one's
+            smallest scale, facing the camera) in the camera frame (OpenCV axes), not
+            normalised: sum_i w_i n_i; or None.
+        distortion: [C, H, W, 1] the weights' spread along the ray, sum_ij w_i w_j (z_i - z_j)^2 / 2
+            over the pixel's composited Gaussians (w the compositing weights, z the depths); or None.
         info: intermediate results shaped like gsplat's ``meta`` dict, which densification
             reads: ``means2d`` [C, N, 2] (its gradient after backward), ``radii`` [C, N, 2]
             (0 for Gaussians that touch no pixel), ``width``, ``height``, ``n_cameras``.
@@ -35,6 +45,12 @@ class RenderResult:
     alpha: Tensor
     depth: Optional[Tensor] = None
     info: Dict[str, Any] = field(default_factory=dict)
+    median_depth: Optional[Tensor] = None
+    normals: Optional[Tensor] = None
+    distortion: Optional[Tensor] = None
+
+    #: The optional per-pixel images, in the order above (renderers that merge results use it).
+    IMAGES = ("depth", "median_depth", "normals", "distortion")
 
 
 class Renderer(ABC):
@@ -60,6 +76,8 @@ class Renderer(ABC):
     supports_absgrad = False
     #: Whether gradients reach ``Camera.viewmat`` (pose refinement needs it).
     supports_pose_grad = False
+    #: Which of ``normals`` and ``distortion`` the backend can add to its renders.
+    supported_extras: FrozenSet[str] = frozenset()
 
     def __init__(
         self,
@@ -83,13 +101,28 @@ class Renderer(ABC):
         self.far_plane = far_plane
         self.eps2d = eps2d
         self.absgrad = False
+        self._extra_outputs: FrozenSet[str] = frozenset()
+
+    @property
+    def extra_outputs(self) -> FrozenSet[str]:
+        """Extra images every render adds (``normals``, ``distortion``): set by the training loss
+        from the terms that read them; ValueError for one the backend cannot render."""
+        return self._extra_outputs
+
+    @extra_outputs.setter
+    def extra_outputs(self, names: Iterable[str]) -> None:
+        self._extra_outputs = check_extra_outputs(names, self.supported_extras, type(self).__name__)
 
     @abstractmethod
     def render(
-        self, model: "GaussianModel", cameras: List["Camera"], sh_degree: int, background: Tensor, depth: bool = True
+        self, model: "GaussianModel", cameras: List["Camera"], sh_degree: int, background: Tensor,
+        depth: DepthArg = True,
     ) -> RenderResult:
-        """Render ``model`` from ``cameras`` using SH up to ``sh_degree`` over ``background`` [3];
-        ``depth`` False leaves ``RenderResult.depth`` None and skips its work (training steps)."""
+        """Render ``model`` from ``cameras`` using SH up to ``sh_degree`` over ``background`` [3].
+
+        ``depth``: True or ``'expected'`` fills ``RenderResult.depth``; ``'median'`` fills
+        ``median_depth`` instead, ``'both'`` both; False neither and skips their work (training
+        steps). The images named in :attr:`extra_outputs` are added in any case."""
 
     def training_threads(self) -> AbstractContextManager:
         """The trainer runs training inside this context: a backend that runs threads of its own

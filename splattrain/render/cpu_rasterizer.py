@@ -202,14 +202,17 @@ class _Composite(torch.autograd.Function):
 
     Inputs: means2d [C, N, 2], conics [C, N, 3], opacities [C, N], colors [C, N, D], the tile
     intersections and (optionally, without a gradient) backgrounds [C, D] composited behind.
-    Outputs: colours [C, H, W, D] and final transmittances [C, H, W, 1].
+    Outputs: colours [C, H, W, D], final transmittances [C, H, W, 1] and, with ``median_channel``,
+    that channel's median [C, H, W, 1] (as in the PyTorch rasterizer; no gradient), else an empty
+    tensor.
     """
 
     @staticmethod
     def forward(
         ctx: Any, means2d: Tensor, conics: Tensor, opacities: Tensor, colors: Tensor,
         isects: TileIntersections, width: int, height: int, backgrounds: Optional[Tensor] = None,
-    ) -> Tuple[Tensor, Tensor]:
+        median_channel: Optional[int] = None,
+    ) -> Tuple[Tensor, Tensor, Tensor]:
         tensors = tuple(t.to(means2d.dtype).contiguous() for t in (means2d, conics, opacities, colors))
         n_cams, channels = means2d.shape[0], colors.shape[-1]
         if backgrounds is not None:
@@ -218,15 +221,20 @@ class _Composite(torch.autograd.Function):
         trans = means2d.new_empty(n_cams, height, width, 1)
         last = torch.empty(n_cams, height, width, dtype=torch.int32)
         reach = torch.empty(means2d.shape[0] * means2d.shape[1], 4, dtype=torch.float64)
+        if median_channel is not None and not 0 <= median_channel < channels:
+            raise ValueError(f"median_channel {median_channel} is not one of the {channels} channels")
+        median = means2d.new_empty((n_cams, height, width, 1) if median_channel is not None else (0,))
         _fn("forward", means2d.dtype)(
-            *_scene_args(tensors, reach, isects, width, height, backgrounds), *_ptrs(render, trans, last)
+            *_scene_args(tensors, reach, isects, width, height, backgrounds), *_ptrs(render, trans, last),
+            -1 if median_channel is None else median_channel, median.data_ptr() if median.numel() else None,
         )
         ctx.save_for_backward(*tensors, reach, trans, last)
         ctx.isects, ctx.size, ctx.backgrounds = isects, (width, height), backgrounds
-        return render, trans
+        ctx.mark_non_differentiable(median)
+        return render, trans, median
 
     @staticmethod
-    def backward(ctx: Any, grad_render: Tensor, grad_trans: Tensor) -> Tuple[Optional[Tensor], ...]:
+    def backward(ctx: Any, grad_render: Tensor, grad_trans: Tensor, _: Tensor) -> Tuple[Optional[Tensor], ...]:
         *tensors, reach, trans, last = ctx.saved_tensors
         isects: TileIntersections = ctx.isects
         grads = [torch.empty_like(t) for t in tensors]
@@ -238,7 +246,7 @@ class _Composite(torch.autograd.Function):
             trans.data_ptr(), last.data_ptr(), grad_render.data_ptr(), grad_trans.data_ptr(),
             grad_isect.data_ptr(), *(g.data_ptr() for g in grads),
         )
-        return (*grads, None, None, None, None)
+        return (*grads, None, None, None, None, None)
 
 
 def composite(
@@ -249,19 +257,23 @@ def composite(
     *,
     tile_size: int = 16,
     backgrounds: Optional[Tensor] = None,
+    median_channel: Optional[int] = None,
 ) -> Tuple[Tensor, Tensor, Dict[str, Any]]:
     """Bin projected Gaussians into tiles and composite ``colors`` [C, N, D] front to back:
-    the second half of :func:`rasterize`, with the same outputs."""
+    the second half of :func:`rasterize`, with the same outputs (``info["median"]`` with
+    ``median_channel``)."""
     isects = intersect_tiles(proj.means2d.detach(), proj.radii, proj.depths.detach(), width, height, tile_size,
                              proj.conics, proj.opacities)
     in_kernel = backgrounds is not None and not backgrounds.requires_grad
-    render, trans = _Composite.apply(
+    render, trans, median = _Composite.apply(
         proj.means2d, proj.conics, proj.opacities, colors, isects, width, height,
-        backgrounds.detach() if in_kernel else None,
+        backgrounds.detach() if in_kernel else None, median_channel,
     )
     if backgrounds is not None and not in_kernel:  # a background that learns: composited here
         render = render + trans * backgrounds[:, None, None, :]
     info = gsplat_info(proj, isects, width, height, tile_size)
+    if median_channel is not None:
+        info["median"] = median
     return render, 1.0 - trans, info
 
 
@@ -282,6 +294,7 @@ def rasterize(
     tile_size: int = 16,
     rasterize_mode: str = "classic",
     backgrounds: Optional[Tensor] = None,
+    median_channel: Optional[int] = None,
 ) -> Tuple[Tensor, Tensor, Dict[str, Any]]:
     """Render Gaussians into C pinhole cameras on the CPU; the arguments, outputs and ``info``
     of :func:`splattrain.render.torch_rasterizer.rasterize`. Tensors must be float32 or
@@ -291,4 +304,5 @@ def rasterize(
         raise ValueError(f"the CPU rasterizer needs CPU tensors, not {means.device}")
     proj, colors = project_for_rasterizer(project, means, quats, scales, opacities, colors, viewmats, Ks, width,
                                           height, near_plane, far_plane, eps2d, rasterize_mode)
-    return composite(proj, colors, width, height, tile_size=tile_size, backgrounds=backgrounds)
+    return composite(proj, colors, width, height, tile_size=tile_size, backgrounds=backgrounds,
+                     median_channel=median_channel)

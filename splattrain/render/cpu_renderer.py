@@ -17,10 +17,13 @@ from .base import Renderer, RenderResult
 from ..kernels import BuildError, load_library
 from ..kernels.threads import cores_for_the_library
 from .cpu_rasterizer import composite, project, sh_colors
+from .outputs import EXTRA_OUTPUTS, DepthArg, Wanted, extra_features, result_fields
 from .pose_grad import merge_results, moved_gaussians
 from .projection import Projection
 
 Message = Optional[Callable[[str], None]]
+#: The widest channel count the compiled compositing has vector kernels for (besides 3 and 4).
+KERNEL_CHANNELS = 8
 
 
 @RENDERERS.register("cpu", aliases=("CpuRenderer",))
@@ -28,6 +31,7 @@ class CpuRenderer(Renderer):
     """Compiled C++ rasterizer for the CPU, all cores (built on first use; needs a C++ compiler)."""
 
     supports_pose_grad = True  # through the Gaussians: see render/pose_grad.py
+    supported_extras = frozenset(EXTRA_OUTPUTS)
 
     def training_threads(self) -> AbstractContextManager:
         """The library's loops get the process's threads and PyTorch's own operations one (see
@@ -35,12 +39,14 @@ class CpuRenderer(Renderer):
         return cores_for_the_library()
 
     def render(
-        self, model: GaussianModel, cameras: List[Camera], sh_degree: int, background: Tensor, depth: bool = True
+        self, model: GaussianModel, cameras: List[Camera], sh_degree: int, background: Tensor, depth: DepthArg = True
     ) -> RenderResult:
         viewmats, Ks, width, height = stack_cameras(cameras)
+        wanted = Wanted.of(depth, self.extra_outputs)
         if not viewmats.requires_grad:
             proj, features = self._project(model, model.means, model.quats, viewmats, Ks, width, height, sh_degree)
-            return self._composite(proj, features, width, height, background, depth)
+            return self._composite(proj, features, width, height, background, wanted,
+                                   (model.means, model.quats, model.scales, viewmats))
         # Learned camera poses: each camera sees the Gaussians moved by its (zero-valued) motion.
         projected = []
         for k in range(viewmats.shape[0]):
@@ -49,7 +55,8 @@ class CpuRenderer(Renderer):
                                            sh_degree, colour_means))
         # One [C,N,2] means2d on the path to the images, so densification reads its gradient.
         means2d = torch.cat([proj.means2d for proj, _ in projected])
-        results = [self._composite(replace(proj, means2d=means2d[k:k + 1]), features, width, height, background, depth)
+        results = [self._composite(replace(proj, means2d=means2d[k:k + 1]), features, width, height, background, wanted,
+                                   (model.means, model.quats, model.scales, viewmats[k:k + 1]))
                    for k, (proj, features) in enumerate(projected)]
         merged = merge_results(results)
         merged.info["means2d"] = means2d
@@ -67,17 +74,24 @@ class CpuRenderer(Renderer):
         return proj, features
 
     def _composite(self, proj: Projection, features: Tensor, width: int, height: int, background: Tensor,
-                   depth: bool) -> RenderResult:
+                   wanted: Wanted, geometry: Tuple[Tensor, Tensor, Tensor, Tensor]) -> RenderResult:
+        """Composite colours and the ``wanted`` extra channels; ``geometry`` is (means, quats,
+        scales, viewmats) for the normals (the depths come from the projection)."""
         C = proj.means2d.shape[0]
         backgrounds = background.expand(C, 3)
-        if depth:  # depth as a 4th channel
-            features = torch.cat([features, proj.depths[..., None]], dim=-1)
-            backgrounds = torch.cat([backgrounds, background.new_zeros(C, 1)], dim=-1)
+        extra, reference = extra_features(wanted, *geometry, depths=proj.depths)
+        if extra is not None:
+            # 5 to 7 channels are padded to 8, which the library has vector kernels for
+            pad = KERNEL_CHANNELS - 3 - extra.shape[-1] if 3 + extra.shape[-1] > 4 else 0
+            features = torch.cat([features, extra, features.new_zeros(*extra.shape[:-1], pad)], dim=-1)
+            backgrounds = torch.cat([backgrounds, background.new_zeros(C, extra.shape[-1] + pad)], dim=-1)
         render, alpha, info = composite(
-            proj, features, width, height, tile_size=self.tile_size, backgrounds=backgrounds
+            proj, features, width, height, tile_size=self.tile_size, backgrounds=backgrounds,
+            median_channel=3 if wanted.median else None,
         )
-        expected_depth = render[..., 3:] / alpha.clamp_min(1e-10) if depth else None
-        return RenderResult(rgb=render[..., :3], alpha=alpha, depth=expected_depth, info=info)
+        render = render[..., :3 + wanted.channels]
+        median = info.pop("median", None)
+        return RenderResult(info=info, **result_fields(wanted, render, alpha, reference, median))
 
 
 def auto_cpu_backend(device: torch.device, log: Message = None, warn: Message = None) -> str:

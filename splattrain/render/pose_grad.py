@@ -63,6 +63,7 @@ def merge_results(results: List[RenderResult]) -> RenderResult:
         if isinstance(first.get(key), Tensor):
             info[key] = torch.cat([r.info[key] for r in results], dim=0)
     info["n_cameras"] = sum(int(r.info.get("n_cameras", 1)) for r in results)
-    depth = None if results[0].depth is None else torch.cat([r.depth for r in results], dim=0)
+    images = {name: torch.cat([getattr(r, name) for r in results], dim=0)
+              for name in RenderResult.IMAGES if getattr(results[0], name) is not None}
     return RenderResult(rgb=torch.cat([r.rgb for r in results], dim=0),
-                        alpha=torch.cat([r.alpha for r in results], dim=0), depth=depth, info=info)
+                        alpha=torch.cat([r.alpha for r in results], dim=0), info=info, **images)

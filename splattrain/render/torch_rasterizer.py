@@ -187,12 +187,14 @@ class _Composite(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, table: Tensor, lists: _TileLists, inside: Tensor, absgrad_target: Optional[Tensor] = None
-    ) -> Tuple[Tensor, Tensor]:
+        ctx: Any, table: Tensor, lists: _TileLists, inside: Tensor, absgrad_target: Optional[Tensor] = None,
+        median_channel: Optional[int] = None,
+    ) -> Tuple[Tensor, Tensor, Tensor]:
         scratch = _scratch()
         pixels = inside.shape[1]
         render = table.new_zeros(inside.shape[0], table.shape[1] - _GEOMETRY, pixels)
         trans_final = table.new_ones(inside.shape)
+        median = table.new_zeros(inside.shape if median_channel is not None else (0,))
         alive = inside.clone()
         segments = []
         group_size = max(1, SEGMENT_PAIRS // (pixels * MIN_SEGMENT_SLOTS))
@@ -202,7 +204,8 @@ class _Composite(torch.autograd.Function):
                 n_slots = max(MIN_SEGMENT_SLOTS, SEGMENT_PAIRS // (tiles.numel() * pixels))
                 n_slots = min(n_slots, int(lists.counts[tiles].max()) - start)
                 seg = lists.segment(tiles, start, n_slots, trans_final[tiles] * alive[tiles])
-                colors = _segment_forward(table, seg, trans_final, alive, scratch)
+                colors = _segment_forward(table, seg, trans_final, alive, scratch,
+                                          median if median_channel is not None else None, median_channel)
                 render.index_add_(0, tiles, colors)
                 segments.append(seg)
                 start += n_slots
@@ -210,10 +213,11 @@ class _Composite(torch.autograd.Function):
         ctx.save_for_backward(table, trans_final)
         ctx.segments = segments
         ctx.absgrad_target = absgrad_target
-        return render, trans_final
+        ctx.mark_non_differentiable(median)
+        return render, trans_final, median
 
     @staticmethod
-    def backward(ctx: Any, grad_render: Tensor, grad_trans: Tensor) -> Tuple[Optional[Tensor], ...]:
+    def backward(ctx: Any, grad_render: Tensor, grad_trans: Tensor, _: Tensor) -> Tuple[Optional[Tensor], ...]:
         table, trans_final = ctx.saved_tensors
         scratch = _scratch()
         grad_table = torch.zeros_like(table)
@@ -234,19 +238,27 @@ class _Composite(torch.autograd.Function):
                 abs_means.index_add_(0, seg.slots.flatten(), seg_abs.flatten(0, 1))
         if target is not None:
             target.absgrad = abs_means[:-1].view_as(target)
-        return grad_table, None, None, None
+        return grad_table, None, None, None, None
 
 
 def _segment_forward(
-    table: Tensor, seg: _Segment, trans_final: Tensor, alive: Tensor, scratch: _Scratch
+    table: Tensor, seg: _Segment, trans_final: Tensor, alive: Tensor, scratch: _Scratch,
+    median: Optional[Tensor] = None, median_channel: Optional[int] = None,
 ) -> Tensor:
     """Composite one segment: returns its colours [B, D, S * S] and updates the per-pixel
-    transmittance ``trans_final`` and ``alive`` (not yet finished) state in place."""
+    transmittance ``trans_final`` and ``alive`` (not yet finished) state in place, and with
+    ``median`` [n_tiles, S * S] the median depth: colour channel ``median_channel`` of the last
+    contributing slot in front of which the transmittance is above 0.5."""
     params = table[seg.slots]
     n_tiles, n_slots = seg.slots.shape
     alpha = _pair_alphas(params, seg, scratch)[0].clamp_max_(ALPHA_MAX)
     trans, kept = _transmittance(alpha, seg.trans_in, scratch)
     weights = alpha.mul_(kept).mul_(trans[..., :-1]).view(n_tiles, -1, n_slots)
+    if median is not None:  # finished pixels enter with transmittance 0: no slot of theirs counts
+        above = (weights > 0) & (trans[..., :-1].reshape(n_tiles, -1, n_slots) > 0.5)
+        last = (above * torch.arange(1, n_slots + 1, device=above.device)).amax(-1)  # 0: none here
+        depth = params[..., _GEOMETRY + median_channel].gather(1, (last - 1).clamp_min(0))
+        median[seg.tiles] = torch.where(last > 0, depth, median[seg.tiles])
     colors_t = params[..., _GEOMETRY:].transpose(1, 2).contiguous()
 
     was_alive = alive[seg.tiles]
@@ -370,6 +382,7 @@ def rasterize(
     rasterize_mode: str = "classic",
     backgrounds: Optional[Tensor] = None,
     absgrad: bool = False,
+    median_channel: Optional[int] = None,
 ) -> Tuple[Tensor, Tensor, Dict[str, Any]]:
     """Render Gaussians into C pinhole cameras, like ``gsplat.rasterization`` with
     ``sh_degree=None, packed=False, render_mode="RGB"``.
@@ -383,6 +396,9 @@ def rasterize(
         rasterize_mode: "classic", or "antialiased" (opacities times the blur compensation).
         backgrounds: optional [C, D] colours composited behind the Gaussians.
         absgrad: also set ``info["means2d"].absgrad`` in the backward pass (gsplat's AbsGS option).
+        median_channel: also put ``info["median"]`` [C, H, W, 1]: per pixel, channel
+            ``median_channel`` of ``colors`` (a depth) of the last contributing Gaussian in front
+            of which the transmittance is above 0.5; 0 where none contributes (no gradient).
 
     Returns:
         ``(render [C, H, W, D], alphas [C, H, W, 1], info)`` where ``info`` has gsplat's meta
@@ -404,11 +420,14 @@ def rasterize(
     table = torch.cat([table.flatten(0, 1), table.new_zeros(1, table.shape[-1])])
     lists = _TileLists(composite, n_cams * n_gauss, table.dtype)
     inside = _inside_pixels(n_cams, composite, width, height, table.device)
-    render_tiles, trans_tiles = _Composite.apply(table, lists, inside, proj.means2d if absgrad else None)
+    render_tiles, trans_tiles, median_tiles = _Composite.apply(table, lists, inside, proj.means2d if absgrad else None,
+                                                               median_channel)
 
     render = _untile(render_tiles, n_cams, composite, width, height)
     trans = _untile(trans_tiles[:, None], n_cams, composite, width, height)
     if backgrounds is not None:
         render = render + trans * backgrounds[:, None, None, :]
     info = gsplat_info(proj, isects, width, height, tile_size)
+    if median_channel is not None:
+        info["median"] = _untile(median_tiles[:, None], n_cams, composite, width, height)
     return render, 1.0 - trans, info

@@ -49,7 +49,8 @@ class Strategy:
        loss, before the ``before_backward`` hooks and ``loss.backward()`` (e.g. to keep
        ``info["means2d"]``'s gradient);
     2. :meth:`post_backward` once, after every batch's backward and the ``after_backward``
-       hooks, before the optimizer step (not at all when a hook set ``outputs["skip_update"]``),
+       hooks, after the optimizer step (before it with ``optim.densify_after_step: false``; not
+       at all when a hook set ``outputs["skip_update"]``),
        with the ``info`` of each rendered batch (gsplat's layout: ``means2d`` with its ``.grad``,
        ``radii`` [C, N, 2], ``width``, ``height``, ``n_cameras``: the step's total view count).
        It may add, remove or move Gaussians: it must do so through :mod:`splattrain.strategy.ops`

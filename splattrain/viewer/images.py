@@ -6,6 +6,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ..io.depth_maps import colorize_depth
 from ..io.png import to_uint8
 from ..render.base import RenderResult
 
@@ -15,26 +16,6 @@ RENDER_MODES = ("rgb", "depth", "alpha")
 VISIBLE_LEVELS = 8
 #: An image changed visibly when more than this share of its pixels did.
 VISIBLE_SHARE = 0.005
-
-# Control points of a perceptually ordered blue -> green -> yellow ramp (viridis' ends and middle).
-_RAMP = np.array([[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]], dtype=np.float32)
-
-
-def colorize_depth(depth: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    """Depth [H, W] as colours, near blue to far yellow, scaled to the covered pixels'
-    2nd..98th percentile; pixels with alpha < 0.05 are black."""
-    covered = alpha > 0.05
-    out = np.zeros(depth.shape + (3,), dtype=np.uint8)
-    if not covered.any():
-        return out
-    near, far = np.percentile(depth[covered], [2.0, 98.0])
-    t = np.clip((depth - near) / max(far - near, 1e-8), 0.0, 1.0) * (len(_RAMP) - 1)
-    low = np.floor(t).astype(np.int64).clip(0, len(_RAMP) - 2)
-    frac = (t - low)[..., None]
-    colours = _RAMP[low] * (1.0 - frac) + _RAMP[low + 1] * frac
-    out[covered] = colours[covered].round().astype(np.uint8)
-    return out
-
 
 def view_image(result: RenderResult, mode: str) -> np.ndarray:
     """The first camera of ``result`` in ``mode`` as uint8 [H, W, 3]."""

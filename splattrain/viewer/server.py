@@ -93,6 +93,7 @@ class ViewerServer:
         host, port: where to listen (port 0: any free port).
         title: shown at the top of the control panel.
         training: show Pause / Resume / "save checkpoint" (a live run) instead of a finished scene.
+        renders: show the render controls (False: a page that only shows meshes, nothing to render).
         settings: initial control values.
         allow_origins: web origins (``http(s)://host[:port]``, ``*`` for any) whose pages may use
             the viewer besides its own page (see :mod:`splattrain.viewer.guard`).
@@ -101,12 +102,15 @@ class ViewerServer:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 8080, title: str = "splattrain",
                  training: bool = True, settings: Optional[ViewerSettings] = None,
-                 allow_origins: Sequence[str] = (), warn: Optional[Callable[[str], None]] = None) -> None:
+                 allow_origins: Sequence[str] = (), warn: Optional[Callable[[str], None]] = None,
+                 renders: bool = True) -> None:
         viser = import_viser()
         check_port_free(host, port)
         self.host = host
         self.settings = settings or ViewerSettings()
         self.training = training
+        self.renders = renders
+        self.mesh_handle: Optional[object] = None
         self._warn = warn
         self._warned: set = set()
         self.refused_origins: List[str] = []
@@ -141,6 +145,8 @@ class ViewerServer:
     def _build_gui(self) -> None:
         gui = self.server.gui
         self.stats = gui.add_markdown("waiting for the first step" if self.training else "")
+        if not self.renders:
+            return
         if self.training:
             self.pause_button = gui.add_button("Pause", icon="player-pause", hint="stop training between two steps")
             self.resume_button = gui.add_button("Resume", icon="player-play", disabled=True, hint="continue training")
@@ -217,6 +223,20 @@ class ViewerServer:
             handle.on_click(lambda event, pose=pose: self.look_through(event.client_id, pose))
             group.handles.append(handle)
         self._groups.append(group)
+
+    def add_mesh(self, vertices: np.ndarray, faces: np.ndarray, colors: np.ndarray) -> None:
+        """Show a triangle mesh (float [V, 3], int [F, 3], uint8 [V, 3] vertex colours) in the scene,
+        drawn by the browser over the rendered splat, with a "Show mesh" checkbox."""
+        import trimesh  # a dependency of viser
+
+        mesh = trimesh.Trimesh(vertices=vertices, faces=faces, vertex_colors=colors, process=False)
+        self.mesh_handle = self.server.scene.add_mesh_trimesh("/mesh", mesh)
+        self.mesh_control = self.server.gui.add_checkbox("Show mesh", True)
+        self.mesh_control.on_update(lambda _: self.show_mesh(bool(self.mesh_control.value)))
+
+    def show_mesh(self, visible: bool) -> None:
+        if self.mesh_handle is not None:
+            self.mesh_handle.visible = visible  # type: ignore[attr-defined]
 
     @property
     def camera_handles(self) -> list:

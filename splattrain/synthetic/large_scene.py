@@ -1,7 +1,7 @@
 """A large COLMAP-like scene from the demo's ray tracer: many views at camera resolution and a
 dense noisy sparse cloud, for end-to-end runs at real size.
 
-    python -m splattrain.data.large_scene OUT [--views 200] [--width 1000] [--height 667] [--points 300000]
+    python -m splattrain.synthetic.large_scene OUT [--views 200] [--width 1000] [--height 667] [--points 300000]
 
 Writes ``OUT/images/view_XXXX.jpg`` (the demo's objects inside a textured dome, so that every
 pixel shows a surface, as in a real capture; one ray per pixel centre) and ``OUT/sparse/0/`` (one PINHOLE camera, the poses, and ``--points`` points sampled
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from .colmap_model import ColmapCamera, ColmapImage, write_model
+from ..data.colmap_model import ColmapCamera, ColmapImage, write_model
 from .demo_scene import CAMERA_ANGLE_X, SCENE, _ahead, camera_positions, look_at_origin, trace_rays
 
 GL_TO_CV = np.diag([1.0, -1.0, -1.0, 1.0])

@@ -1,7 +1,7 @@
 """Degraded variants of the demo scene, written on the fly from a seed by tests and benchmarks:
 per-view exposure and white balance, jittered training poses, and a COLMAP project layout.
 
-Every variant is rendered by the analytic ray tracer of :mod:`splattrain.data.demo_scene`;
+Every variant is rendered by the analytic ray tracer of :mod:`splattrain.synthetic.demo_scene`;
 test views are always exact (true pose, neutral exposure) so scores measure the scene.
 """
 
@@ -15,7 +15,7 @@ from typing import Dict, List
 import numpy as np
 from PIL import Image
 
-from .colmap_model import ColmapCamera, ColmapImage, write_model
+from ..data.colmap_model import ColmapCamera, ColmapImage, write_model
 from .demo_scene import CAMERA_ANGLE_X, CAMERA_RADIUS, camera_positions, look_at_origin, render_view
 
 GL_TO_CV = np.diag([1.0, -1.0, -1.0, 1.0])
@@ -131,7 +131,7 @@ def write_colmap_project(root: Path, *, size: int = 48, n_views: int = 16) -> Pa
 
 
 def main(argv: List[str] | None = None) -> None:
-    """``python -m splattrain.data.demo_variants OUT [--seed S] [--size N]``: writes OUT/exposure,
+    """``python -m splattrain.synthetic.demo_variants OUT [--seed S] [--size N]``: writes OUT/exposure,
     OUT/pose and OUT/colmap_project (train them with ``benchmarks/bench_scenes.py``)."""
     import argparse
 

@@ -6,7 +6,7 @@ Lambertian shading (one directional light plus a soft sky ambient, no shadows) a
 colour, as Blender writes it. World axes: z up; the objects stand on a checkered
 ground disk at z = -0.35.
 
-Regenerate the shipped scene with ``python -m splattrain.data.demo_scene data/demo``.
+Regenerate the shipped scene with ``python -m splattrain.synthetic.demo_scene data/demo``.
 """
 
 from __future__ import annotations
