@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from splattrain.data.demo_variants import write_colmap_project
+from splattrain.synthetic.demo_variants import write_colmap_project
 from splattrain.engine import load_config
 
 REPO = Path(__file__).resolve().parents[1]

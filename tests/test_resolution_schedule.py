@@ -161,7 +161,7 @@ def test_the_schedule_and_the_hook_are_not_both_taken(tmp_path):
 
 
 def test_null_is_full_resolution_and_max_factor_is_checked():
-    cfg = load_config(REPO / "configs" / "demo.yaml")
+    cfg = load_config(REPO / "configs" / "demo.yaml", ["trainer.resolution.schedule=null"])
     assert build_schedule(cfg.trainer.resolution, 2000, [], (1, 1, 1)) is None
     cfg.trainer.resolution.schedule = "auto"
     cfg.trainer.resolution.max_factor = 0.5
