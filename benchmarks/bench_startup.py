@@ -1,23 +1,27 @@
-"""Where a `splattrain fit` run's wall time goes outside its training steps, and how long the
+"""What a `splattrain fit` costs beyond PyTorch's own import, where that time goes, and how long the
 short commands take.
 
-    python benchmarks/bench_startup.py [--runs 3] [--skip-fit] [dotted.key=value ...]
+    python benchmarks/bench_startup.py [--runs 3] [--compare-with DIR] [--phases] [--commands]
+        [dotted.key=value ...]
 
-Part 1 runs ``splattrain fit --config configs/demo.yaml`` (output in outputs/bench_startup/) in a
-fresh interpreter ``--runs`` times, as the command line does, with the trainer's phases timed from
-inside: interpreter start and exit, imports, scene load, build (model, renderer and its library,
-optimizers, strategy, hooks), run directory and writers, training steps, validations,
-checkpoint and PLY writes, and the rest (hooks, console, results). It prints the median of
-each phase, wall and process CPU seconds (CPU time is steadier on a busy machine), and
-wall minus train_seconds: the start-up and finish cost a user pays on every run.
+Part 1 (always): ``python -c "import torch"`` and a 1-step ``fit`` of the demo (``python -m
+splattrain fit --config configs/demo.yaml trainer.max_steps=1 output_dir=...``, a fresh output
+folder each time, output to a pipe) as whole processes, taking turns ``--runs`` times; prints each
+one's wall seconds, the medians and the median of the fit minus the median of the import: the
+start-up a user pays on top of PyTorch's (target: at most 0.5 s).
 
-Part 2 times ``splattrain --help``, ``splattrain list hooks``, ``splattrain eval`` and
-``splattrain export`` on that run directory (wall seconds of the whole process, median).
-The compiled library must be cached already (run any CPU training once).
+Part 2 (``--phases``): the same fit inside one interpreter (after ``import torch``), each phase
+timed: imports, config, scene load, model (starting points and their neighbours), the rest of
+the build (renderer and its library, strategy, optimizers, hooks), LPIPS, run folder and writers,
+training steps, validation, checkpoint, the rest; median of ``--runs``.
+
+Part 3 (``--commands``): ``splattrain --help``, ``list hooks``, ``eval`` and ``export`` of that
+run (wall and CPU seconds of the whole process, median).
 
 ``--compare-with DIR`` (a checkout of another version, e.g. ``git worktree add /tmp/old HEAD~3``)
-runs every measurement for both versions, taking turns, so load from other processes hits
-them alike; its compiled library is built first if needed.
+runs parts 1 and 3 for both versions, taking turns, so load from other processes hits them
+alike. Each version first runs one fit that is not counted (its compiled library is built then if
+needed). Quote figures from a quiet machine.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -36,145 +41,154 @@ from typing import Dict, List, Optional, Tuple
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "outputs" / "bench_startup"
 
-# Runs in the child interpreter: `splattrain fit` as commands/fit.py does it, each phase timed.
+# Runs in the child interpreter: the fit as the command line runs it, each phase timed.
 CHILD = r"""
-import atexit, gc, json, sys, time
-atexit.register(gc.freeze)  # as the command line does: no collection of the process's objects at exit
-started = (time.perf_counter(), time.process_time())
+import json, sys, time
+import torch
 phases = {}
-def mark(name, since):
-    now = (time.perf_counter(), time.process_time())
-    wall, cpu = phases.get(name, (0.0, 0.0))
-    phases[name] = (wall + now[0] - since[0], cpu + now[1] - since[1])
-    return now
-
-from pathlib import Path
-import splattrain.engine.trainer as trainer_module
-from splattrain.engine import load_config
-from splattrain.console import Console
-t = mark("import", started)
-
-def timed(name, fn):
+def timed(module, name, phase):
+    target = getattr(module, name, None)
+    if target is None:
+        return
     def inner(*args, **kwargs):
-        since = (time.perf_counter(), time.process_time())
+        since = time.perf_counter()
         try:
-            return fn(*args, **kwargs)
+            return target(*args, **kwargs)
         finally:
-            mark(name, since)
-    return inner
-
-trainer_module.load_scene = timed("load scene", trainer_module.load_scene)
-import splattrain.hooks.checkpoint_hook as ckpt_module
-ckpt_module.save_checkpoint_file = timed("checkpoint + ply", ckpt_module.save_checkpoint_file)
-ckpt_module.write_ply = timed("checkpoint + ply", ckpt_module.write_ply)
-cfg = load_config(Path(sys.argv[1]), sys.argv[2:])
-t0 = (time.perf_counter(), time.process_time())
-trainer = trainer_module.DefaultTrainer(cfg, console=Console(quiet=True), config_dir=Path(sys.argv[1]).parent)
-mark("build", t0)
-phases["build"] = tuple(b - l for b, l in zip(phases["build"], phases.get("load scene", (0.0, 0.0))))
-import splattrain.engine.run_files as run_files
-run_files.open_run_dir = timed("run dir + writers", run_files.open_run_dir)
-trainer.validate = timed("validation", trainer.validate)
-t1 = (time.perf_counter(), time.process_time())
-results = trainer.train(overwrite=True)  # the runs share one output folder
-mark("train()", t1)
-end = mark("child total", started)
-wall, cpu = phases.pop("train()")
-phases["train steps"] = (trainer.train_seconds, float("nan"))
-inside = sum(phases[k][0] for k in ("run dir + writers", "validation", "checkpoint + ply") if k in phases)
-phases["rest of train()"] = (wall - inside - trainer.train_seconds, float("nan"))
-print(json.dumps({"phases": phases, "results": {k: v for k, v in results.items() if k != "per_view"}}))
+            phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - since
+    setattr(module, name, inner)
+started = time.perf_counter()
+import splattrain.cli, splattrain.commands.fit as fit_command, splattrain.engine.build as build
+import splattrain.engine.trainer as trainer_module
+phases["imports"] = time.perf_counter() - started
+timed(fit_command, "load_run_config", "config")
+timed(build, "load_scene", "scene load")
+timed(build, "initial_model", "model")
+timed(trainer_module, "build_components", "build")
+Trainer = trainer_module.DefaultTrainer
+timed(Trainer, "_evaluator", "LPIPS (evaluator)")
+timed(Trainer, "_open_run_folder", "run folder + writers")
+timed(Trainer, "train_step", "train steps")
+timed(Trainer, "validate", "validation")
+timed(Trainer, "save_checkpoint", "checkpoint")
+timed(Trainer, "_run", "train()")
+splattrain.cli.main(sys.argv[1:])
+phases["total"] = time.perf_counter() - started
+print(json.dumps(phases))
 """
 
-ORDER = ("interpreter start + exit", "import", "load scene", "build", "run dir + writers", "train steps", "validation",
-         "checkpoint + ply", "rest of train()")
+PHASES = ("imports", "config", "scene load", "model", "build (rest)", "LPIPS (evaluator)", "run folder + writers",
+          "train steps", "validation", "checkpoint", "rest")
 
 
-def python(source: Optional[Path], code: str) -> List[str]:
-    """A command running ``code`` with splattrain imported from ``source`` (None: this checkout)."""
-    if source is None:
-        return [sys.executable, "-c", code]
-    prefix = ("import sys\nsys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in type(f).__module__]\n"
-              f"sys.path.insert(0, {str(source)!r})\n")
-    return [sys.executable, "-c", prefix + code]
+def environment(source: Optional[Path]) -> Dict[str, str]:
+    """The environment of a child running ``source`` (None: this checkout) first on the path."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(source or REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
 
 
-def fit_once(overrides: List[str], source: Optional[Path] = None) -> Dict:
-    from splattrain.cli import GOMP_SPINCOUNT
-
-    os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)  # the child trains as the command line would
-    command = [*python(source, CHILD), str(REPO / "configs" / "demo.yaml"), f"output_dir={OUT}", *overrides]
-    start = time.perf_counter()
-    done = subprocess.run(command, cwd=REPO, check=True, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    phases = report["phases"]
-    phases["interpreter start + exit"] = (wall - phases.pop("child total")[0], float("nan"))
-    report["wall"] = wall
-    return report
-
-
-def command_seconds(args: List[str], source: Optional[Path]) -> Tuple[float, float]:
-    """Wall and CPU (user + system) seconds of one ``splattrain ARGS`` process (the console
-    script's entry point)."""
-    code = f"import sys\nsys.argv = ['splattrain', *{args!r}]\nfrom splattrain.cli import main\nsys.exit(main())"
+def timed_run(command: List[str], source: Optional[Path], cwd: Path) -> Tuple[float, float]:
+    """Wall and CPU (user + system) seconds of one child process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    subprocess.run(python(source, code), cwd=REPO, check=True, capture_output=True)
-    wall = time.perf_counter() - start
+    started = time.perf_counter()
+    subprocess.run(command, cwd=cwd, env=environment(source), check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def print_fit(label: str, reports: List[Dict]) -> None:
-    print(f"{label}: median of {len(reports)} runs")
-    print(f"{'phase':>24} {'wall s':>8} {'cpu s':>8}")
-    for name in ORDER:
-        wall = statistics.median(r["phases"].get(name, (0.0, 0.0))[0] for r in reports)
-        cpu = statistics.median(r["phases"].get(name, (0.0, 0.0))[1] for r in reports)
-        print(f"{name:>24} {wall:8.2f} {cpu:8.2f}")
-    walls = [r["wall"] for r in reports]
-    trains = [r["phases"]["train steps"][0] for r in reports]
-    print(f"{'wall':>24} {statistics.median(walls):8.2f}   (runs: {', '.join(f'{w:.1f}' for w in walls)})")
-    print(f"{'wall - train steps':>24} {statistics.median(w - t for w, t in zip(walls, trains)):8.2f}   (target < 3 s)")
-    last = reports[-1]["results"]
-    print(f"results: psnr {last['psnr']:.2f} dB, {last['num_gaussians']} Gaussians, {last['steps']} steps")
+def fit_command(out: Path, overrides: List[str]) -> List[str]:
+    return [sys.executable, "-m", "splattrain", "fit", "--config", "configs/demo.yaml", "trainer.max_steps=1",
+            f"output_dir={out}", *overrides]
+
+
+def part_one(versions: Dict[str, Optional[Path]], runs: int, overrides: List[str]) -> None:
+    figures: Dict[str, Dict[str, List[float]]] = {label: {"torch": [], "fit": []} for label in versions}
+    for _ in range(runs):
+        for label, source in versions.items():
+            cwd = source or REPO
+            out = OUT / ("this" if source is None else "other")
+            shutil.rmtree(out, ignore_errors=True)  # this benchmark's own runs, replaced each time
+            figures[label]["torch"].append(timed_run([sys.executable, "-c", "import torch"], source, cwd)[0])
+            figures[label]["fit"].append(timed_run(fit_command(out, overrides), source, cwd)[0])
+    print(f"1-step fit of the demo against `python -c \"import torch\"`, {runs} turns (wall seconds)")
+    for label, runs_of in figures.items():
+        torch_median, fit_median = statistics.median(runs_of["torch"]), statistics.median(runs_of["fit"])
+        print(f"  [{label}] import torch: {', '.join(f'{w:.2f}' for w in runs_of['torch'])} (median {torch_median:.2f}); "
+              f"fit: {', '.join(f'{w:.2f}' for w in runs_of['fit'])} (median {fit_median:.2f}); "
+              f"fit - import torch: {fit_median - torch_median:.2f} s (target <= 0.5)")
+
+
+def part_two(runs: int, overrides: List[str]) -> None:
+    reports = []
+    for _ in range(runs):
+        out = OUT / "phases"
+        shutil.rmtree(out, ignore_errors=True)
+        argv = ["fit", "--config", "configs/demo.yaml", "trainer.max_steps=1", f"output_dir={out}", *overrides]
+        done = subprocess.run([sys.executable, "-c", CHILD, *argv], cwd=REPO, env=environment(None), check=True,
+                              capture_output=True, text=True)
+        phases = json.loads(done.stdout.strip().splitlines()[-1])
+        phases["build (rest)"] = phases.get("build", 0.0) - phases.get("scene load", 0.0) - phases.get("model", 0.0)
+        inside = sum(phases.get(k, 0.0) for k in ("LPIPS (evaluator)", "run folder + writers", "train steps",
+                                                   "validation"))
+        phases["rest"] = phases["total"] - phases["imports"] - phases.get("config", 0.0) - phases.get("build", 0.0) - inside
+        reports.append(phases)
+    print(f"\nthe 1-step fit inside one interpreter after `import torch`, median of {runs} (wall seconds)")
+    for name in PHASES:
+        print(f"  {name:>22} {statistics.median(r.get(name, 0.0) for r in reports):6.3f}")
+    print(f"  {'total':>22} {statistics.median(r['total'] for r in reports):6.3f}   "
+          "(checkpoint is inside train steps; rest: header, results, console, hook table)")
+
+
+def part_three(versions: Dict[str, Optional[Path]], runs: int) -> None:
+    run_dir = OUT / "this"
+    if not (run_dir / "results.json").is_file():
+        print("\nno run to evaluate: part 1 leaves one in outputs/bench_startup/this")
+        return
+    argvs = (["--help"], ["list", "hooks"], ["eval", str(run_dir)], ["export", str(run_dir), "--format", "ply"])
+    seconds = {label: {str(a): [] for a in argvs} for label in versions}
+    for _ in range(runs):
+        for argv in argvs:
+            for label, source in versions.items():
+                seconds[label][str(argv)].append(timed_run([sys.executable, "-m", "splattrain", *argv], source,
+                                                           source or REPO))
+    print(f"\n{'command':>40}" + "".join(f"{label[-20:]:>22}" for label in versions) + "   (wall s / cpu s, median)")
+    for argv in argvs:
+        name = "splattrain " + " ".join(Path(a).name if a.startswith("/") else a for a in argv)
+        cells = []
+        for label in versions:
+            measured = seconds[label][str(argv)]
+            cells.append(f"{statistics.median(r[0] for r in measured):.2f} / {statistics.median(r[1] for r in measured):.2f}")
+        print(f"{name:>40}" + "".join(f"{cell:>22}" for cell in cells))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--skip-fit", action="store_true", help="only part 2 (needs outputs/bench_startup)")
     parser.add_argument("--compare-with", type=Path, help="a checkout of another version, measured in turns")
+    parser.add_argument("--phases", action="store_true", help="also time the phases of the fit (this checkout)")
+    parser.add_argument("--commands", action="store_true", help="also time the short commands")
     parser.add_argument("overrides", nargs="*", help="dotted.key=value config overrides for the fit")
     args = parser.parse_args()
-    versions = {"this checkout": None}
+    versions: Dict[str, Optional[Path]] = {"this checkout": None}
     if args.compare_with is not None:
         versions[str(args.compare_with)] = args.compare_with.resolve()
     with open("/proc/loadavg") as f:
         print(f"load average at start: {f.read().split()[0]}")
-    if not args.skip_fit:
-        reports: Dict[str, List[Dict]] = {label: [] for label in versions}
-        for _ in range(args.runs):
-            for label, source in versions.items():
-                reports[label].append(fit_once(args.overrides, source))
-        for label in versions:
-            print_fit(f"splattrain fit --config configs/demo.yaml {' '.join(args.overrides)} [{label}]", reports[label])
-    argvs = (["--help"], ["list", "hooks"], ["eval", str(OUT)], ["export", str(OUT), "--format", "ply"])
-    seconds: Dict[str, Dict[str, List[Tuple[float, float]]]] = {label: {str(a): [] for a in argvs} for label in versions}
-    for _ in range(args.runs):
-        for argv in argvs:
-            for label, source in versions.items():
-                seconds[label][str(argv)].append(command_seconds(argv, source))
-    print(f"{'command':>40}" + "".join(f"{label[-20:]:>22}" for label in versions) + "   (wall s / cpu s, median)")
-    for argv in argvs:
-        name = "splattrain " + " ".join(Path(a).name if a.startswith("/") else a for a in argv)
-        cells = []
-        for label in versions:
-            runs = seconds[label][str(argv)]
-            wall, cpu = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
-            cells.append(f"{wall:.2f} / {cpu:.2f}")
-        print(f"{name:>40}" + "".join(f"{cell:>22}" for cell in cells))
+    for source in versions.values():  # a warm-up fit each: compiled libraries built, files in the page cache
+        out = OUT / "warm-up"
+        shutil.rmtree(out, ignore_errors=True)
+        timed_run(fit_command(out, args.overrides), source, source or REPO)
+    part_one(versions, args.runs, args.overrides)
+    if args.phases:
+        part_two(args.runs, args.overrides)
+    if args.commands:
+        part_three(versions, args.runs)
+    with open("/proc/loadavg") as f:
+        print(f"load average at end: {f.read().split()[0]}")
+
 
 if __name__ == "__main__":
     main()

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_time_to_quality.py [--scene demo|cup|both] [--demo-steps 150 250 500 1000 2000]
         [--cup-steps 500 1000 2000] [--targets 25.5 30 33] [--cup-targets 25 26 27 28 29]
+        [--cup-path DIR] [--compare-with CHECKOUT]
         [--opensplat BINARY [BINARY ...]] [--opensplat-downscales 0] [--opensplat-target 25.5]
         [dotted.key=value ...]
 
@@ -17,6 +18,12 @@ is timed and scored on the demo's test views by splattrain's renderer and metric
 run of the ladder above that reached ``--opensplat-target``. The ratio of the wall times is
 printed per build and turn, with the build's own PSNR beside it.
 
+``--cup-path DIR`` trains another COLMAP scene with the cup's ladder (a held-out scene).
+``--compare-with CHECKOUT`` (another version, e.g. ``git worktree add /tmp/old COMMIT``) runs every
+ladder run with that version too, the two taking turns run by run (its own configs and code,
+imported from the checkout), and prints its table, its time to each target and the ratio of the
+two times.
+
 Quote figures from a quiet machine.
 """
 
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -41,15 +49,19 @@ SCENES = {
 }
 
 
-def fit(scene: str, steps: int, extra: Sequence[str]) -> Dict[str, float]:
-    """One whole ``fit`` of ``scene`` for ``steps`` steps; its wall time and results."""
+def fit(scene: str, steps: int, extra: Sequence[str], source: Optional[Path] = None) -> Dict[str, float]:
+    """One whole ``fit`` of ``scene`` for ``steps`` steps (with the checkout ``source``, None: this
+    one); its wall time and results."""
     config, scene_args = SCENES[scene]
-    out = OUT / f"{scene}_{steps}"
+    root = source or REPO
+    out = OUT / ("" if source is None else "other") / f"{scene}_{steps}"
     shutil.rmtree(out, ignore_errors=True)  # this benchmark's own runs, replaced each time
-    command = [sys.executable, "-m", "splattrain", "fit", "--config", str(config), f"output_dir={out}",
-               f"trainer.max_steps={steps}", "writers=[]", "metrics.lpips=false", *scene_args, *extra]
+    command = [sys.executable, "-m", "splattrain", "fit", "--config", str(root / config.relative_to(REPO)),
+               f"output_dir={out}", f"trainer.max_steps={steps}", "writers=[]", "metrics.lpips=false", *scene_args,
+               *extra]
+    env = {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     started = time.perf_counter()
-    subprocess.run(command, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(command, cwd=root, env=env, check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - started
     results = json.loads((out / "results.json").read_text())
     return {"steps": steps, "wall": wall, "train": results["train_seconds"], "psnr": results["psnr"],
@@ -63,6 +75,28 @@ def time_to(targets: Sequence[float], runs: List[Dict[str, float]]) -> Dict[floa
         reached = [run for run in runs if run["psnr"] >= target]
         best[target] = min(reached, key=lambda run: run["wall"]) if reached else None
     return best
+
+
+def ladder(scene: str, steps: Sequence[int], extra: Sequence[str], other: Optional[Path]):
+    """Every run length of ``scene``, with the other checkout in turns when given."""
+    ours: List[Dict[str, float]] = []
+    theirs: List[Dict[str, float]] = []
+    for count in steps:
+        ours.append(fit(scene, count, extra))
+        if other is not None:
+            theirs.append(fit(scene, count, extra, other))
+    return ours, theirs
+
+
+def compare(scene: str, ours: List[Dict[str, float]], theirs: List[Dict[str, float]], targets: Sequence[float],
+            other: Path) -> None:
+    report(f"{scene} [{other}]", theirs, targets)
+    ours_best, theirs_best = time_to(targets, ours), time_to(targets, theirs)
+    print(f"{scene}: this checkout's time to each target over {other}'s")
+    for target in targets:
+        a, b = ours_best[target], theirs_best[target]
+        ratio = f"{a['wall'] / b['wall']:.2f}" if a and b else "n/a (a target not reached)"
+        print(f"  {target:5.1f} dB  {ratio}")
 
 
 def report(scene: str, runs: List[Dict[str, float]], targets: Sequence[float]) -> None:
@@ -114,6 +148,9 @@ def main() -> None:
     parser.add_argument("--cup-steps", type=int, nargs="+", default=[500, 1000, 2000])
     parser.add_argument("--targets", type=float, nargs="+", default=[25.5, 30.0, 33.0])
     parser.add_argument("--cup-targets", type=float, nargs="+", default=[25.0, 26.0, 27.0, 28.0, 29.0])
+    parser.add_argument("--cup-path", type=Path, help="another COLMAP scene trained with the cup's ladder")
+    parser.add_argument("--compare-with", type=Path, metavar="CHECKOUT",
+                        help="another version's checkout, every run taken in turns with it")
     parser.add_argument("--opensplat", type=Path, nargs="+", default=[], metavar="BINARY",
                         help="OpenSplat CPU builds to time side by side on the demo")
     parser.add_argument("--opensplat-downscales", type=int, default=0, help="OpenSplat's --num-downscales")
@@ -122,13 +159,23 @@ def main() -> None:
     args, extra = parser.parse_known_args()
     with open("/proc/loadavg") as f:
         print(f"load average at start {f.read().split()[0]}")
+    other = args.compare_with.resolve() if args.compare_with else None
+    if args.cup_path is not None:
+        SCENES["cup"] = (SCENES["cup"][0], [f"data.path={args.cup_path.resolve()}"])
     if args.scene in ("demo", "both"):
-        runs = [fit("demo", steps, extra) for steps in args.demo_steps]
+        runs, theirs = ladder("demo", args.demo_steps, extra, other)
         report("demo", runs, args.targets)
+        if other is not None:
+            compare("demo", runs, theirs, args.targets, other)
         if args.opensplat:
             opensplat_side_by_side(args.opensplat, args.opensplat_downscales, args.opensplat_target, runs, extra)
     if args.scene in ("cup", "both"):
-        report("cup", [fit("cup", steps, extra) for steps in args.cup_steps], args.cup_targets)
+        runs, theirs = ladder("cup", args.cup_steps, extra, other)
+        report("cup", runs, args.cup_targets)
+        if other is not None:
+            compare("cup", runs, theirs, args.cup_targets, other)
+    with open("/proc/loadavg") as f:
+        print(f"load average at end {f.read().split()[0]}")
 
 
 if __name__ == "__main__":

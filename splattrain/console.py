@@ -5,14 +5,15 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
-from typing import IO, Any, Callable, Dict, Iterator, List, Mapping, Optional, Set
+from typing import IO, TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Set
 
 from rich.console import Console as RichConsole
 from rich.markup import escape
-from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
-                           TransferSpeedColumn)
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:  # pragma: no cover - rich.progress is imported where a live bar is drawn (a terminal)
+    from rich.progress import Progress
 
 from .files import open_append
 
@@ -115,6 +116,9 @@ class Console:
         if not self.is_tty or self.quiet:
             yield lambda received: None
         else:
+            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                                       TransferSpeedColumn)
+
             columns = (TextColumn("  "), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
             with Progress(*columns, console=self.terminal, transient=True) as progress:
                 task = progress.add_task("download", total=total)
@@ -200,7 +204,7 @@ class ProgressLogger:
         self.total = total
         self.start_step = start
         self.interval = max(1, interval)
-        self._progress: Optional[Progress] = None
+        self._progress: Optional["Progress"] = None
         self._task = None
         self._t0 = time.perf_counter()
         self._paused_at: Optional[float] = None
@@ -208,6 +212,8 @@ class ProgressLogger:
     def __enter__(self) -> "ProgressLogger":
         self._t0 = time.perf_counter()
         if self.console.is_tty and not self.console.quiet:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
             self._progress = Progress(
                 TextColumn("[bold]step[/bold] {task.completed}/{task.total}"),
                 BarColumn(),

@@ -75,3 +75,24 @@ def test_atomic_link_points_at_complete_copy(tmp_path):
     atomic_link(tmp_path / "step_000020.pt", tmp_path / "last.pt")
     assert torch.load(tmp_path / "last.pt") == {"step": 20}
     assert torch.load(source) == {"step": 10}
+
+
+def test_an_image_sent_to_two_writers_is_encoded_once(monkeypatch):
+    """png_bytes keeps the last image's bytes: the same pixels (another array, or floats that round
+    to them) are not encoded again; changed pixels, even in the same array, are."""
+    import numpy as np
+    from PIL import Image
+
+    from splattrain.io import png
+
+    saves = []
+    original = Image.Image.save
+    monkeypatch.setattr(Image.Image, "save", lambda self, *a, **k: saves.append(1) or original(self, *a, **k))
+    image = np.random.default_rng(0).integers(0, 256, (8, 12, 3), dtype=np.uint8)
+    first = png.png_bytes(image)
+    assert png.png_bytes(image.copy()) == first and png.png_bytes(image.astype(np.float32) / 255.0) == first
+    assert len(saves) == 1
+    image[0, 0] = 255 - image[0, 0]  # changed in place
+    second = png.png_bytes(image)
+    assert second != first and len(saves) == 2
+    assert np.array_equal(np.asarray(Image.open(__import__("io").BytesIO(second))), image)

@@ -1,4 +1,5 @@
-"""The initial scales' nearest-neighbour distances: the k-d tree and the direct path against brute force."""
+"""The initial scales' nearest-neighbour distances: the k-d tree and the direct path (compiled and
+PyTorch) against brute force, and the two direct paths bit for bit."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from splattrain import interrupts
+from splattrain.kernels.build import load_library
 from splattrain.model import neighbours
 from splattrain.model.neighbours import knn_memory_bytes, mean_knn_distance
 
@@ -21,10 +23,15 @@ def brute_force(points: torch.Tensor, k: int) -> torch.Tensor:
     return nearest.mean(dim=1).sqrt()
 
 
-@pytest.fixture(params=["direct", "tree"])
+@pytest.fixture(params=["direct", "direct-torch", "tree"])
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test runs once through each path (the tree: no set is small enough for the direct one)."""
-    monkeypatch.setattr(neighbours, "DIRECT_MAX", 10**9 if request.param == "direct" else 0)
+    """Every test runs once through each path (the tree: no set is small enough for the direct one;
+    direct-torch: as without the compiled library)."""
+    monkeypatch.setattr(neighbours, "DIRECT_MAX", 0 if request.param == "tree" else 10**9)
+    if request.param == "direct":
+        load_library()
+    if request.param == "direct-torch":
+        monkeypatch.setattr(neighbours, "cached_library", lambda: None)
     return request.param
 
 
@@ -73,3 +80,27 @@ def test_the_memory_estimate_follows_the_path() -> None:
     block of distances."""
     assert knn_memory_bytes(5000) == 1024 * 5000 * 16
     assert knn_memory_bytes(1_000_000) < 100 * 2**20
+
+
+@pytest.mark.parametrize("n, k", [(5000, 3), (1001, 3), (300, 2), (40, 1)])
+def test_the_compiled_direct_path_gives_the_pytorch_values_bit_for_bit(n: int, k: int) -> None:
+    """The compiled library replaces the PyTorch comparison when it is at hand; the starting
+    scales (and so every run) must not change with it."""
+    generator = torch.Generator().manual_seed(n)
+    points = (torch.rand(n, 3, generator=generator) * 2.6 - 1.3).double()
+    points[10:13] = points[13]  # duplicates: each other's neighbours at distance 0
+    handle = load_library().handle
+    compiled = neighbours._direct_compiled(handle, points, k)
+    assert (compiled == neighbours._direct_torch(points, k)).all()
+
+
+def test_more_neighbours_than_the_kernel_averages_take_the_pytorch_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    load_library()
+    compiled = neighbours._direct_compiled
+    called = []
+    monkeypatch.setattr(neighbours, "_direct_compiled", lambda *args: called.append(args) or compiled(*args))
+    points = torch.rand(100, 3, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(mean_knn_distance(points, k=4).double(), brute_force(points, 4), rtol=1e-5, atol=1e-7)
+    assert called == []
+    mean_knn_distance(points, k=3)
+    assert len(called) == 1

@@ -9,6 +9,7 @@ import io
 import json
 import re
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -321,6 +322,25 @@ def test_missing_dvclive_or_neptune_names_the_extra(monkeypatch, name, module):
     monkeypatch.setitem(sys.modules, module, None)
     with pytest.raises(ConfigError, match=rf"splattrain\[{name}\]"):
         check_writer_spec({"type": name})
+
+
+def test_tensorboard_writer_leaves_out_remote_file_systems(tmp_path):
+    """The writer's import leaves out TensorBoard's S3 and fsspec back-ends (start-up time; a run
+    writes to a local folder), which still import afterwards for anyone who needs them."""
+    code = (
+        "import sys, importlib.util\n"
+        "from splattrain.writers.tensorboard import TensorboardWriter\n"
+        f"writer = TensorboardWriter({str(tmp_path)!r})\n"
+        "writer.write_scalar('a', 1.0, 1); writer.close()\n"
+        "print(sorted(n for n in ('botocore', 'boto3', 'fsspec') if n in sys.modules))\n"
+        "for name in ('botocore', 'fsspec'):\n"
+        "    if importlib.util.find_spec(name) is not None:\n"
+        "        __import__(name)\n"
+        "print('imports afterwards')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == ["[]", "imports afterwards"]
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
 
 
 def test_a_writers_list_without_the_image_writer_is_named_in_the_header(tmp_path):

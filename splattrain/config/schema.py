@@ -19,6 +19,16 @@ STEPS = {"steps": "steps"}
 
 
 @dataclass
+class ResolutionConfig:
+    """Coarse-to-fine training: the training views shrunk by step (splattrain/engine/resolution.py)."""
+
+    # null: full resolution throughout; [[start_step, factor], ...]; auto: from the images' frequency content
+    schedule: Any = None
+    until: Optional[int] = field(default=None, metadata=STEPS)  # auto: full resolution from this step (null: half the run)
+    max_factor: float = 4.0  # auto: the coarsest factor the run may start at
+
+
+@dataclass
 class TrainerConfig:
     """The training loop."""
 
@@ -32,6 +42,7 @@ class TrainerConfig:
     # summary: always that table; off: no timing (true / false from older configs: summary / off)
     hook_timing: str = "auto"
     batch_size: int = 1  # views rendered together per step (their images must share one size)
+    resolution: ResolutionConfig = field(default_factory=ResolutionConfig)  # coarse-to-fine training
     render_depth: bool = False  # training renders also give RenderResult.depth (validation always does)
     type: str = "DefaultTrainer"  # the trainer class (splattrain list trainers)
     rescue_checkpoint: bool = True  # a run that fails saves ckpt/rescue_step_N.pt of its last completed step

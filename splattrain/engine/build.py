@@ -35,6 +35,7 @@ from ..strategy.protocol import Strategy
 from ..view_opt import ViewCorrections
 from .batching import views_per_step
 from .step_scaling import check_schedule
+from .resolution import ResolutionSchedule, build_schedule
 
 Message = Callable[[str], None]
 
@@ -55,6 +56,7 @@ class Components:
     schedulers: List[Any]
     strategy_state: Dict[str, Any]
     view_opt: ViewCorrections
+    resolution: Optional[ResolutionSchedule] = None  #: coarse-to-fine (None: full resolution throughout)
 
 
 def plain(node: Any) -> Dict[str, Any]:
@@ -103,6 +105,7 @@ def build_components(cfg: DictConfig, dist: DistContext, background: torch.Tenso
         strategy=strategy, loss=loss, schedule=run_schedule(cfg, views, loss.needs_depth, scaled),
         optimizers=optimizers, schedulers=schedulers,
         strategy_state=strategy.initialize_state(scene_scale=scene_scale), view_opt=view_opt,
+        resolution=build_schedule(cfg.trainer.resolution, max_steps, scene.train, list(cfg.data.background)),
     )
 
 

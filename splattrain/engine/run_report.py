@@ -21,6 +21,7 @@ from ..losses import Loss
 from ..model.gaussians import GaussianModel
 from ..render.base import Renderer
 from ..view_opt import ViewCorrections
+from .resolution import ResolutionSchedule
 
 
 class ReportedRun(Protocol):
@@ -45,6 +46,7 @@ class ReportedRun(Protocol):
     last_metrics: Dict[str, Any]
     val_per_view: List[Dict[str, Any]]
     stopped: Optional[Dict[str, Any]]
+    resolution: Optional[ResolutionSchedule]
 
 
 def print_header(run: ReportedRun, gaussians: int) -> None:
@@ -70,6 +72,8 @@ def print_header(run: ReportedRun, gaussians: int) -> None:
         console.info(f"data-parallel: {run.dist.describe()}")
     terms = " + ".join(f"{term.weight:g} {name}" for name, term in run.loss.terms)
     console.info(f"strategy {type(run.strategy).__name__}  loss {terms}")
+    if run.resolution is not None:
+        console.info(f"coarse-to-fine (trainer.resolution): training views at {run.resolution.describe()}")
     kinds = {str(spec.get("type")) for spec in run.cfg.writers}
     if run.cfg.writers and not kinds & {"image", "ImageWriter"}:
         console.info("writers: no image writer, so validation images are not saved as PNGs (add {type: image} "

@@ -4,7 +4,7 @@
 ``schedule_steps`` says for which run length the step settings are written, so that they follow
 ``max_steps`` proportionally. Each component says which of its settings count steps where it
 declares them (:mod:`splattrain.steps`): the schema's keys (``trainer.val_interval``,
-``val_begin``, ``model.sh_degree_interval``), the strategy's fields, the hooks' options and the
+``val_begin``, ``model.sh_degree_interval``, the start steps of ``trainer.resolution``), the strategy's fields, the hooks' options and the
 step options of ``optim.schedules``. Scaling writes the scaled values into the config and resets
 both knobs (1.0, null), so a saved config.yaml describes exactly the run; it returns one line per
 changed setting for the run's header.
@@ -24,6 +24,7 @@ from ..hooks.specs import hook_sections
 from ..optim.schedules import scale_schedule_steps
 from ..registry import HOOKS, STRATEGIES
 from ..steps import scale_count, step_kinds
+from .resolution import scale_resolution_steps
 
 Change = Tuple[str, Any, Any]
 
@@ -54,6 +55,7 @@ def scale_steps(cfg: DictConfig, explicit: Sequence[str] = ()) -> List[str]:
                     if field.metadata.get("steps") == "steps" and not keep(f"{section}.{field.name}"):
                         _set(cfg[section], field.name, f"{section}.{field.name}", run, changes)
             changes += _scale_section(cfg, "optim.schedules", lambda s: scale_schedule_steps(s, run), keep)
+            changes += _scale_section(cfg, "trainer.resolution", lambda s: scale_resolution_steps(s, run), keep)
             strategy = STRATEGIES.get(str(cfg.strategy.get("type", "default")))
             changes += _scale_section(cfg, "strategy", lambda s: strategy.scale_steps(s, run, window, "strategy"), keep)
             changes += _scale_hooks(cfg, run, window, keep)
@@ -110,8 +112,13 @@ def _scale_section(cfg: DictConfig, path: str, scale, keep: _Explicit) -> List[C
         else:
             changes.append((key, old, new))
     if changes:
-        parent, key = path.rsplit(".", 1) if "." in path else ("", path)
-        (OmegaConf.select(cfg, parent) if parent else cfg)[key] = section
+        node = OmegaConf.select(cfg, path)
+        if dataclasses.is_dataclass(OmegaConf.get_type(node)):  # a typed section takes its values one by one
+            for key, value in section.items():
+                node[key] = value
+        else:
+            parent, key = path.rsplit(".", 1) if "." in path else ("", path)
+            (OmegaConf.select(cfg, parent) if parent else cfg)[key] = section
     return changes
 
 

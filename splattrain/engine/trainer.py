@@ -15,9 +15,10 @@ from .. import interrupts
 from ..config import config_to_yaml
 from ..console import Console
 from ..distributed import DistContext, RankConsole
-from ..errors import UserError
+from ..errors import ConfigError, UserError
 from ..hooks.base import Hook
 from ..hooks.dispatch import HookDispatcher
+from ..hooks.resolution import ResolutionScheduleHook
 from ..hooks.trainer_api import StepOutputs
 from ..metrics import Evaluator, mean_metrics
 from ..optim import clear_grads, step_optimizers
@@ -68,6 +69,7 @@ class DefaultTrainer(SteeringCalls):
         self.model, self.renderer, self.strategy, self.loss = built.model, built.renderer, built.strategy, built.loss
         self.schedule, self.optimizers, self.schedulers = built.schedule, built.optimizers, built.schedulers
         self.strategy_state, self.view_opt = built.strategy_state, built.view_opt
+        self.resolution = built.resolution  #: the coarse-to-fine schedule the steps follow (None: full resolution)
         self.densify_after_step = bool(cfg.optim.densify_after_step)
         self.evaluator: Optional[Evaluator] = None
         self.writers = WriterGroup([], warn=self.console.warning)
@@ -75,6 +77,9 @@ class DefaultTrainer(SteeringCalls):
         self.hooks = HookDispatcher(timing=cfg.trainer.hook_timing)
         for hook in build_hooks(cfg):
             self.register_hook(hook)
+        if self.resolution is not None and any(isinstance(h, ResolutionScheduleHook) for h in self.hooks.hooks):
+            raise ConfigError("trainer.resolution and a ResolutionScheduleHook both set the training resolution; "
+                              "keep one (trainer.resolution.schedule=null, or drop the hook)")
         needs = self.hooks.required_metrics()
         if needs:  # a metric a hook cannot do without is had now (weights fetched), or the run is refused
             self.evaluator = self._evaluator(needs)
@@ -244,6 +249,8 @@ class DefaultTrainer(SteeringCalls):
         (densification statistics and optimizer step).
         """
         self.state_before_step = rescue.state_before_step(self.data)
+        if self.resolution is not None:
+            self._follow_resolution(step)
         batch = self.data.next_train(step)
         self.call_hook("before_train_iter", step, batch)
         schedule = self.schedule
@@ -292,6 +299,15 @@ class DefaultTrainer(SteeringCalls):
         self.completed_step = step  # the state is now step ``step``'s, whatever a hook does next
         self.call_hook("after_train_iter", step, batch, outputs)
         return outputs
+
+    def _follow_resolution(self, step: int) -> None:
+        """Serve the training views at the schedule's factor for ``step`` (a change is one line)."""
+        factor = self.resolution.factor_at(step)
+        if factor != self.data.train_downscale:
+            self.data.set_train_downscale(factor)
+            camera = self.data.train_frames[0].camera
+            shown = "full" if factor == 1 else f"1/{factor:g}"
+            self.console.info(f"step {step}: training at {shown} resolution ({camera.width}x{camera.height})")
 
     def _check_not_empty(self, step: int) -> None:
         if self.model.num_gaussians == 0:  # no rescue checkpoint: the emptied model is no step's state

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import threading
 from pathlib import Path
+from typing import Optional, Tuple
 
 import numpy as np
 import torch
@@ -28,11 +30,27 @@ def to_uint8(image: np.ndarray | torch.Tensor) -> np.ndarray:
     return (np.clip(image, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
 
 
+_last: Optional[Tuple[np.ndarray, bytes]] = None  # the last image encoded (a copy) and its file's bytes
+_last_lock = threading.Lock()
+
+
 def png_bytes(image: np.ndarray | torch.Tensor) -> bytes:
-    """``image`` [H, W, 3] (uint8, or floats in [0, 1]) encoded as a PNG file's bytes."""
+    """``image`` [H, W, 3] (uint8, or floats in [0, 1]) encoded as a PNG file's bytes.
+
+    The pixels of the last call are kept with their bytes, so writers sending one image to
+    several places (TensorBoard, the image files) encode it once."""
+    global _last
+    pixels = to_uint8(image)
+    with _last_lock:
+        last = _last
+    if last is not None and last[0].shape == pixels.shape and np.array_equal(last[0], pixels):
+        return last[1]
     buffer = io.BytesIO()
-    Image.fromarray(to_uint8(image)).save(buffer, format="PNG", compress_level=PNG_COMPRESS_LEVEL)
-    return buffer.getvalue()
+    Image.fromarray(pixels).save(buffer, format="PNG", compress_level=PNG_COMPRESS_LEVEL)
+    data = buffer.getvalue()
+    with _last_lock:
+        _last = (pixels.copy(), data)
+    return data
 
 
 def save_png(path: Path, image: np.ndarray | torch.Tensor) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("rasterize.cpp", "project.cpp", "ssim.cpp", "adam.cpp", "stats.cpp"))
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("rasterize.cpp", "project.cpp", "ssim.cpp", "adam.cpp", "stats.cpp", "knn.cpp"))
 HEADERS = tuple(Path(__file__).with_name(name) for name in (
     "common.h", "worker_pool.h", "isa_variants.inc", "composite_tile.inc", "binning.inc", "project_lanes.inc", "sh_lanes.inc",
 ))
@@ -185,6 +185,7 @@ def _declare(handle: ctypes.CDLL) -> None:
                                                ptr, ptr, ptr], None
     adam = handle.splat_adam_step_f32
     adam.argtypes, adam.restype = [ptr] * 7 + [i32, ptr, i32], None
+    handle.splat_knn_mean_f64.argtypes, handle.splat_knn_mean_f64.restype = [ptr, i64, i64, i64, i32, ptr, i32], i32
     handle.splat_widest_isa.argtypes, handle.splat_widest_isa.restype = [], i32
     handle.splat_use_isa.argtypes, handle.splat_use_isa.restype = [i32], i32
 
@@ -207,6 +208,19 @@ def load_library(log: Optional[Callable[[str], None]] = None) -> Library:
             _FAILED = error
             raise
         return _LOADED
+
+
+def cached_library() -> Optional[Library]:
+    """The library when this process has loaded it or it loads from the cache; None when it would
+    have to be compiled first, or cannot be loaded (never compiles, never raises)."""
+    if _LOADED is not None:
+        return _LOADED
+    try:
+        if _FAILED is not None or not library_path().is_file():
+            return None
+        return load_library()
+    except (BuildError, OSError):
+        return None
 
 
 def loaded_library() -> Optional[Library]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Dict
 
@@ -18,9 +19,7 @@ class TensorboardWriter(Writer):
 
     def __init__(self, run_dir: str | Path, subdir: str = "tb") -> None:
         super().__init__(run_dir)
-        from torch.utils.tensorboard import SummaryWriter
-
-        self._writer = SummaryWriter(log_dir=str(self.run_dir / subdir))
+        self._writer = summary_writer_class()(log_dir=str(self.run_dir / subdir))
         _quiet_writer_threads()
 
     @property
@@ -53,6 +52,29 @@ class TensorboardWriter(Writer):
 
     def close(self) -> None:
         self._writer.close()
+
+
+#: Packages TensorBoard's file layer imports only to reach ``s3://`` and fsspec URLs when they are
+#: installed (botocore and boto3 pull in urllib3 and more: about half of the writer's import time).
+#: A run's events go to a local folder, so they are left out of its import.
+REMOTE_FILESYSTEMS = ("botocore", "fsspec")
+
+
+def summary_writer_class() -> type:
+    """PyTorch's ``SummaryWriter``, imported without the remote file systems TensorBoard would load
+    for URLs a run never writes to (those already imported by something else stay as they are)."""
+    if "torch.utils.tensorboard" in sys.modules:
+        return sys.modules["torch.utils.tensorboard"].SummaryWriter
+    left_out = [name for name in REMOTE_FILESYSTEMS if name not in sys.modules]
+    for name in left_out:
+        sys.modules[name] = None  # type: ignore[assignment]  # ``import name`` raises ImportError
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    finally:
+        for name in left_out:
+            if sys.modules.get(name, False) is None:
+                del sys.modules[name]
+    return SummaryWriter
 
 
 def _quiet_writer_threads() -> None:
