@@ -181,14 +181,17 @@ def test_hook_timing_modes_and_the_values_of_older_configs():
 
 
 def test_auto_reports_hook_timing_only_when_hooks_take_a_share_of_the_steps():
-    from splattrain.hooks.dispatch import SLOW_HOOKS_SHARE
+    from splattrain.hooks.dispatch import SLOW_HOOKS_SECONDS, SLOW_HOOKS_SHARE
 
     auto, summary, off = HookDispatcher("auto"), HookDispatcher("summary"), HookDispatcher("off")
     for dispatcher in (auto, summary, off):
-        assert not dispatcher.timing_report_due(10.0)  # nothing timed yet
-        dispatcher.seconds[("LogHook", "after_train_iter")] = 0.4
+        assert not dispatcher.timing_report_due(20.0)  # nothing timed yet
+        dispatcher.seconds[("LogHook", "after_train_iter")] = 0.8
         dispatcher.seconds[("LogHook", "after_val")] = 5.0  # validation is not part of the steps' time
-    assert auto.step_share(10.0) == pytest.approx(0.04) and 0.04 < SLOW_HOOKS_SHARE
-    assert not auto.timing_report_due(10.0) and summary.timing_report_due(10.0) and not off.timing_report_due(10.0)
-    auto.seconds[("Slow", "before_train_iter")] = 0.2
-    assert auto.timing_report_due(10.0)
+    assert auto.step_share(20.0) == pytest.approx(0.04) and 0.04 < SLOW_HOOKS_SHARE
+    assert not auto.timing_report_due(20.0) and summary.timing_report_due(20.0) and not off.timing_report_due(20.0)
+    auto.seconds[("Slow", "before_train_iter")] = 0.4
+    assert auto.timing_report_due(20.0)
+    short = HookDispatcher("auto")  # a one-step run: a large share, but under a second in all
+    short.seconds[("LogHook", "after_train_iter")] = 0.5 * SLOW_HOOKS_SECONDS
+    assert short.step_share(0.6) > SLOW_HOOKS_SHARE and not short.timing_report_due(0.6)

@@ -47,6 +47,23 @@ def test_the_built_in_hooks_use_only_the_protocol() -> None:
     assert not assigned, f"hooks assign trainer attributes: {assigned}"
 
 
+#: The hook modules the engine may import: the base class, dispatch, how sections are built, the protocol.
+ENGINE_MAY_IMPORT = {"base", "dispatch", "specs", "trainer_api"}
+
+
+def test_the_engine_names_no_built_in_hook() -> None:
+    """The engine works with hooks through the base class and the protocol; it imports the hooks
+    package only so that the built-ins register (engine/plugins.py), never one hook by name."""
+    named = []
+    for path in sorted((REPO / "splattrain" / "engine").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.lstrip(".").startswith("hooks"):
+                parts = node.module.lstrip(".").split(".")
+                modules = parts[1:2] or [alias.name for alias in node.names]
+                named += [f"{path.name}:{node.lineno} {m}" for m in modules if m not in ENGINE_MAY_IMPORT]
+    assert not named, f"the engine imports built-in hooks: {named}"
+
+
 def test_the_check_sees_what_a_hook_reads(tmp_path: Path) -> None:
     """The scan is not blind: a module reading ``trainer.optimizers`` and assigning
     ``trainer.step`` is caught."""

@@ -155,7 +155,7 @@ def test_bad_schedules_are_one_line(tmp_path, value, message):
 
 
 def test_the_schedule_and_the_hook_are_not_both_taken(tmp_path):
-    with pytest.raises(ConfigError, match="trainer.resolution and a ResolutionScheduleHook both"):
+    with pytest.raises(ConfigError, match="trainer.resolution and ResolutionScheduleHook both"):
         trainer_for(tmp_path, extra="custom_hooks:\n  - {type: ResolutionScheduleHook, schedule: [[0, 2], [5, 1]]}\n",
                     overrides=["trainer.resolution.schedule=[[0,2],[5,1]]"])
 

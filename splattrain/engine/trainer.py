@@ -18,7 +18,6 @@ from ..distributed import DistContext, RankConsole
 from ..errors import ConfigError, UserError
 from ..hooks.base import Hook
 from ..hooks.dispatch import HookDispatcher
-from ..hooks.resolution import ResolutionScheduleHook
 from ..hooks.trainer_api import StepOutputs
 from ..metrics import Evaluator, mean_metrics
 from ..optim import clear_grads, step_optimizers
@@ -77,8 +76,9 @@ class DefaultTrainer(SteeringCalls):
         self.hooks = HookDispatcher(timing=cfg.trainer.hook_timing)
         for hook in build_hooks(cfg):
             self.register_hook(hook)
-        if self.resolution is not None and any(isinstance(h, ResolutionScheduleHook) for h in self.hooks.hooks):
-            raise ConfigError("trainer.resolution and a ResolutionScheduleHook both set the training resolution; "
+        resizing = [type(h).__name__ for h in self.hooks.hooks if h.sets_train_resolution]
+        if self.resolution is not None and resizing:
+            raise ConfigError(f"trainer.resolution and {resizing[0]} both set the training resolution; "
                               "keep one (trainer.resolution.schedule=null, or drop the hook)")
         needs = self.hooks.required_metrics()
         if needs:  # a metric a hook cannot do without is had now (weights fetched), or the run is refused

@@ -13,6 +13,8 @@ from .base import HOOK_POINTS, Hook, Priority, get_priority
 TIMING_MODES = ("auto", "summary", "off")
 #: The share of the training steps' time above which ``auto`` prints the hook-timing table.
 SLOW_HOOKS_SHARE = 0.05
+#: ... and the seconds the hooks must have taken inside the steps (a short run's table is noise).
+SLOW_HOOKS_SECONDS = 1.0
 #: The points called inside a training step (their time is part of the steps' time).
 STEP_POINTS = ("before_train_iter", "before_backward", "after_backward", "before_optimizer_step", "after_train_iter")
 
@@ -113,10 +115,12 @@ class HookDispatcher:
 
     def timing_report_due(self, step_seconds: float) -> bool:
         """Whether the run ends with the timing table: always with ``summary``; with ``auto`` when
-        hooks took more than :data:`SLOW_HOOKS_SHARE` of the training steps' time."""
+        hooks took more than :data:`SLOW_HOOKS_SHARE` of the training steps' time and at least
+        :data:`SLOW_HOOKS_SECONDS`."""
         if not self.timing or not self.seconds:
             return False
-        return self.timing_mode == "summary" or self.step_share(step_seconds) > SLOW_HOOKS_SHARE
+        share = self.step_share(step_seconds)
+        return self.timing_mode == "summary" or (share > SLOW_HOOKS_SHARE and share * step_seconds >= SLOW_HOOKS_SECONDS)
 
     def timing_rows(self, reference_seconds: float) -> List[List[str]]:
         """Rows (hook, point, calls, total s, ms per call, % of ``reference_seconds``), slowest first."""

@@ -21,6 +21,7 @@ class ResolutionScheduleHook(Hook):
     """
 
     priority = Priority.VERY_HIGH
+    sets_train_resolution = True
 
     DEFAULT = ((0, 4), (500, 2), (1500, 1))
 
