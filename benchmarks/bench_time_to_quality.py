@@ -110,6 +110,16 @@ def report(scene: str, runs: List[Dict[str, float]], targets: Sequence[float]) -
         print(f"  {target:5.1f} dB  {where}")
 
 
+def build_labels(binaries: Sequence[Path]) -> List[str]:
+    """A distinct name for each binary: its file name, with as many parent folders as tell two
+    builds of the same name apart (``upstream/build/opensplat``)."""
+    for depth in range(1, max(len(binary.parts) for binary in binaries) + 1):
+        labels = ["/".join(binary.parts[-depth:]) for binary in binaries]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [str(binary) for binary in binaries]
+
+
 def opensplat_side_by_side(binaries: Sequence[Path], downscales: int, target: float, runs: List[Dict[str, float]],
                             extra: Sequence[str], turns: int = 2) -> None:
     """Every OpenSplat build's 2000-step demo run, then splattrain's shortest run to ``target``, in turns."""
@@ -123,15 +133,16 @@ def opensplat_side_by_side(binaries: Sequence[Path], downscales: int, target: fl
     steps = int(reached["steps"])
     print(f"\nOpenSplat {opensplat_demo.STEPS} steps (--num-downscales {downscales}) against splattrain's "
           f"{steps}-step run (the shortest above to {target:.2f} dB), in turns")
-    ratios: Dict[str, List[float]] = {binary.name: [] for binary in binaries}
+    labels = build_labels(binaries)
+    ratios: Dict[str, List[float]] = {label: [] for label in labels}
     for turn in range(turns):
         walls = {}
-        for binary in binaries:
-            trained = out / f"{binary.name}_{turn}"
+        for index, (binary, label) in enumerate(zip(binaries, labels)):
+            trained = out / f"build{index}_turn{turn}"
             trained.mkdir()
-            walls[binary.name] = opensplat_demo.train(binary, project, trained, downscales)
+            walls[label] = opensplat_demo.train(binary, project, trained, downscales)
             scored = opensplat_demo.score(trained / "splat.ply")
-            print(f"  {binary.name}: {walls[binary.name]:6.1f} s wall, {scored['psnr']:.2f} dB, "
+            print(f"  {label}: {walls[label]:6.1f} s wall, {scored['psnr']:.2f} dB, "
                   f"SSIM {scored['ssim']:.4f}, {scored['gaussians']:,d} Gaussians")
         ours = fit("demo", steps, extra)
         print(f"  splattrain: {ours['wall']:6.1f} s wall ({steps} steps), {ours['psnr']:.2f} dB")
