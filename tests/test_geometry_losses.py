@@ -84,12 +84,12 @@ def test_terms_wait_for_their_start_step_and_check_it():
         DepthDistortionLoss(start_step=-1)
 
 
-def test_loss_asks_the_renderer_for_its_images_or_skips_terms_it_cannot_feed():
+def test_loss_keeps_the_terms_the_renderer_can_feed_and_skips_the_others():
     loss = build_loss({"terms": [{"type": "l1"}, {"type": "depth_distortion"}, {"type": "normal_consistency"}]})
     assert loss.needs_depth and loss.needs_outputs == {"normals", "distortion"}
     renderer = build_renderer({"type": "torch"}, torch.device("cpu"))
     loss.drop_unavailable(SimpleNamespace(renderer=renderer), warn=pytest.fail)
-    assert renderer.extra_outputs == {"normals", "distortion"}
+    assert len(loss.terms) == 3 and loss.needs_outputs == {"normals", "distortion"}
 
     class Plain(type(renderer)):
         supported_extras = frozenset()

@@ -93,6 +93,7 @@ def build_components(cfg: DictConfig, dist: DistContext, background: torch.Tenso
     strategy.set_statistics_reducer(dist if dist.enabled else None)
     loss = build_loss(plain(cfg.loss), strategy.default_loss_terms())
     loss.drop_unavailable(_LossContext(cfg, device, data, model, renderer), warning)
+    renderer.extra_outputs = loss.needs_outputs  # the images the kept terms read (normals, distortion)
     optimizers = build_optimizers(model, cfg.optim, scene_scale)
     schedulers = build_schedulers(optimizers, cfg.optim, scene_scale, max_steps)
     strategy.check_sanity(model.params, optimizers)

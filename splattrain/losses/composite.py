@@ -45,8 +45,8 @@ class Loss:
         return values
 
     def drop_unavailable(self, trainer: Any, warn: Callable[[str], None]) -> None:
-        """Remove the terms that cannot apply to ``trainer``'s run, with one warning each, and
-        have ``trainer.renderer`` render the extra images the others read (``needs_outputs``)."""
+        """Remove the terms that cannot apply to ``trainer``'s run, with one warning each (the
+        renderer is then asked for the extra images the others read: ``needs_outputs``)."""
         kept = []
         for name, term in self.terms:
             reason = term.unavailable(trainer)
@@ -57,8 +57,6 @@ class Loss:
         if not kept:
             raise ConfigError("no loss term applies to this run: " + ", ".join(n for n, _ in self.terms))
         self.terms = kept
-        if self.needs_outputs:
-            trainer.renderer.extra_outputs = self.needs_outputs
 
 
 def loss_specs(loss_cfg: Mapping[str, Any], strategy_terms: Sequence[Mapping[str, Any]] = ()) -> List[Dict[str, Any]]:
