@@ -191,8 +191,13 @@ def test_a_first_camera_looking_at_its_own_position_with_nan_rotation_is_ignored
     finally:
         output = stop(process, lines)
     assert "Traceback" not in output and "Task failed" not in output, output
-    assert output.count("viewer: a browser sent a camera that cannot be used") == 1, output
-    assert output.count("a browser asked for") == 0, output  # one warning for the one bad camera
+    # One warning for the one bad camera. Which check meets it first depends on the order of two
+    # messages: the move to the overview when the browser connects meets it when the bad camera
+    # is the browser's first; a loaded machine may let the move go first, and then the render
+    # of the bad camera is refused instead.
+    warnings = [line for line in output.splitlines() if line.startswith("warning: viewer: a browser")]
+    assert len(warnings) == 1, output
+    assert "sent a camera that cannot be used" in warnings[0] or "camera value that is not finite" in warnings[0], output
 
 
 def test_training_survives_hostile_requests(tmp_path):
