@@ -46,6 +46,7 @@ custom_hooks:
     return scalars
 
 
+@pytest.mark.slow  # two whole runs measured against a memory limit
 def test_budget_just_above_the_warmup_peak_holds_where_an_unbudgeted_run_exceeds_it(tmp_path):
     free = fit(tmp_path, "free", max_memory_gb=100.0)
     budget_mb = free["memory/warmup_peak_mb"] + MARGIN_MB

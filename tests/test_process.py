@@ -22,7 +22,8 @@ from cli_check import assert_one_line_error, run_cli
 from conftest import REPO
 
 CUP = REPO.parent / "shared" / "scenes" / "cup"
-pytestmark = pytest.mark.skipif(not (CUP / "images").is_dir(), reason="the cup capture (../shared/scenes/cup) is absent")
+pytestmark = [pytest.mark.slow,  # COLMAP on real photos
+              pytest.mark.skipif(not (CUP / "images").is_dir(), reason="the cup capture (../shared/scenes/cup) is absent")]
 
 
 def cup_photos(folder: Path, numbers: range) -> Path:

@@ -17,7 +17,8 @@ from PIL import Image
 from cli_check import assert_one_line_error, files_of, run_cli
 from test_process import CUP, cup_photos
 
-pytestmark = pytest.mark.skipif(not (CUP / "images").is_dir(), reason="the cup capture (../shared/scenes/cup) is absent")
+pytestmark = [pytest.mark.slow,  # COLMAP on real photos
+              pytest.mark.skipif(not (CUP / "images").is_dir(), reason="the cup capture (../shared/scenes/cup) is absent")]
 
 
 @pytest.fixture(scope="module")

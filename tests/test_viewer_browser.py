@@ -28,6 +28,8 @@ from splattrain.engine import DefaultTrainer
 from splattrain.hooks import Hook, ViewerHook
 from splattrain.viewer.camera import camera_pose
 
+pytestmark = pytest.mark.slow  # a headless Chromium drives the viewer
+
 WIDTH, HEIGHT = 1000, 600
 
 
