@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from splattrain.engine import load_config
 from splattrain.errors import ConfigError
@@ -117,3 +120,15 @@ def test_plugin_sections_are_checked_at_load_and_numbers_in_text_are_read(write_
         load_config(write_config(BASE), ["default_hooks.checkpoint.intervall=3"])
     with pytest.raises(ConfigError, match=r"loss\.ssim_lambda and loss\.terms are both set"):
         load_config(write_config(BASE + "loss:\n  ssim_lambda: 0.3\n  terms: [{type: l1}]\n"))
+
+
+def test_the_viewer_demo_trains_as_the_demo():
+    """configs/demo_viewer.yaml is configs/demo.yaml with the viewer: the same training settings."""
+    configs = Path(__file__).resolve().parent.parent / "configs"
+    demo = OmegaConf.to_container(load_config(configs / "demo.yaml"))
+    viewer = OmegaConf.to_container(load_config(configs / "demo_viewer.yaml"))
+    assert viewer["default_hooks"].pop("viewer")["port"] == 8080
+    demo["default_hooks"].pop("viewer", None)
+    for cfg in (demo, viewer):
+        del cfg["name"], cfg["output_dir"]
+    assert viewer == demo
