@@ -43,8 +43,9 @@ OUT = REPO / "outputs" / "bench_startup"
 
 # Runs in the child interpreter: the fit as the command line runs it, each phase timed.
 CHILD = r"""
-import json, sys, time
+import gc, json, sys, time
 import torch
+gc.freeze()  # as the command line does after importing PyTorch in a process of its own
 phases = {}
 def timed(module, name, phase):
     target = getattr(module, name, None)
