@@ -64,7 +64,7 @@ def stage_timers(gaussians: int, checkpoint: Optional[Path] = None) -> Dict[str,
     isects = cpu.intersect_tiles(proj.means2d, proj.radii, proj.depths, width, height, 16, proj.conics, proj.opacities)
     features = colors.clone().requires_grad_()  # RGB: training steps render no depth
     inputs = [t.clone().requires_grad_() for t in (proj.means2d, proj.conics, proj.opacities)]
-    render, trans = cpu._Composite.apply(*inputs, features, isects, width, height)
+    render, trans, _ = cpu._Composite.apply(*inputs, features, isects, width, height)
     grads = (torch.randn_like(render), torch.randn_like(trans))
     image = render[..., :3].detach().clamp(0, 1).requires_grad_()
     renderer = RENDERERS.build({"type": "cpu"})
@@ -80,8 +80,8 @@ def stage_timers(gaussians: int, checkpoint: Optional[Path] = None) -> Dict[str,
         return torch.autograd.grad(outs, [means], [torch.ones_like(o) for o in outs], allow_unused=True)
 
     def composite() -> object:
-        out = cpu._Composite.apply(*inputs, features, isects, width, height)
-        return torch.autograd.grad(out, [*inputs, features], grads)
+        render, trans, _ = cpu._Composite.apply(*inputs, features, isects, width, height)
+        return torch.autograd.grad((render, trans), [*inputs, features], grads)
 
     def step() -> None:
         result = renderer.render(model, batch["camera"], 3, background, depth=False)  # as in training

@@ -150,7 +150,7 @@ def stage_timers(model: GaussianModel, cam: Camera, target: torch.Tensor) -> Tup
     full = cpu.intersect_tiles(proj.means2d, proj.radii, proj.depths, width, height, 16)
     isects = cpu.intersect_tiles(proj.means2d, proj.radii, proj.depths, width, height, 16, proj.conics, proj.opacities)
     inputs = [t.clone().requires_grad_() for t in (proj.means2d, proj.conics, proj.opacities, colors)]
-    render, trans = cpu._Composite.apply(*inputs, isects, width, height)
+    render, trans, _ = cpu._Composite.apply(*inputs, isects, width, height)
     grads = (torch.randn_like(render), torch.randn_like(trans))
     image = render.detach().clamp(0, 1).requires_grad_()
     step = TrainingStep(model, cam, target)
@@ -166,8 +166,8 @@ def stage_timers(model: GaussianModel, cam: Camera, target: torch.Tensor) -> Tup
         return torch.autograd.grad(outs, [means], [torch.ones_like(o) for o in outs], allow_unused=True)
 
     def composite_backward() -> object:
-        out = cpu._Composite.apply(*inputs, isects, width, height)
-        return torch.autograd.grad(out, inputs, grads)
+        render, trans, _ = cpu._Composite.apply(*inputs, isects, width, height)
+        return torch.autograd.grad((render, trans), inputs, grads)
 
     step()  # gradients and optimizer state exist from here on
     for param in params.values():
