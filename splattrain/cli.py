@@ -312,11 +312,10 @@ def _end_process(code: int) -> None:
     main_thread = threading.main_thread()
     if any(thread is not main_thread and not thread.daemon for thread in threading.enumerate()):
         return
-    atexit._run_exitfuncs()  # what the interpreter's exit calls: the one way to run them before os._exit
-    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):  # the originals too, when replaced
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
         try:
-            if stream is not None:
-                stream.flush()
+            stream.flush()
         except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
             pass
     os._exit(code)
