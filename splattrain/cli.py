@@ -277,8 +277,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Entry point; returns the process exit code.
 
     SIGINT and SIGTERM are recorded and acted on at safe points (:mod:`splattrain.interrupts`):
-    exit code 130 / 143 after the work in progress was left in a resumable state. In a process
-    of its own (``argv`` None) a finished command ends the process itself (:func:`_end_process`).
+    exit code 130 / 143 after the work in progress was left in a resumable state.
     """
     from . import interrupts
 
@@ -286,39 +285,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)
     interrupts.defer(watchdog=argv is None)
     try:
-        code = _run_command(argv)
+        return _run_command(argv)
     finally:
         if argv is None:  # a process of its own: nothing may interrupt its exit any more
             interrupts.ignore()
         else:
             interrupts.restore()
-    if argv is None:
-        _end_process(code)
-    return code
-
-
-def _end_process(code: int) -> None:
-    """End the process with ``code`` now, without the interpreter's teardown.
-
-    The exit handlers run first (writers' and plugins' ``atexit`` functions, logging's flush,
-    multiprocessing's clean-up), then the output is flushed; what is skipped is freeing every
-    module and PyTorch's objects one by one, 0.15-0.2 s after a ``fit`` (docs/benchmarks.md,
-    start-up). Returns without ending anything while another non-daemon thread runs: the
-    interpreter's own exit waits for it.
-    """
-    import atexit
-    import threading
-
-    main_thread = threading.main_thread()
-    if any(thread is not main_thread and not thread.daemon for thread in threading.enumerate()):
-        return
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
-            pass
-    os._exit(code)
 
 
 #: Commands whose work needs PyTorch.

@@ -123,14 +123,12 @@ def test_overrides_may_follow_options_and_usage_errors_are_one_line(tmp_path):
 
 
 SPINCOUNT_PROBE = (
-    "import atexit, os, sys\n"
+    "import os, sys\n"
     "sys.argv = ['splattrain', 'list', 'hooks']\n"
-    "def report():\n"
-    "    import torch\n"  # loaded after the command line set it, as in a real run
-    "    print('GOMP_SPINCOUNT=' + os.environ.get('GOMP_SPINCOUNT', 'unset'))\n"
-    "atexit.register(report)\n"
     "from splattrain.cli import main\n"
     "main()\n"
+    "import torch\n"  # loaded after the command line set it, as in a real run
+    "print('GOMP_SPINCOUNT=' + os.environ.get('GOMP_SPINCOUNT', 'unset'))\n"
 )
 
 
@@ -142,46 +140,3 @@ def test_the_command_line_shortens_openmp_spinning_unless_the_environment_says(g
     done = subprocess.run([sys.executable, "-c", SPINCOUNT_PROBE], capture_output=True, text=True, env=env, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == f"GOMP_SPINCOUNT={expected}"
-
-
-EXIT_PROBE = (
-    "import atexit, sys, threading\n"
-    "from pathlib import Path\n"
-    "marker, late, *argv = sys.argv[1:]\n"
-    "sys.argv = ['splattrain', *argv]\n"
-    "atexit.register(lambda: Path(marker).write_text('exit handler ran'))\n"
-    "if late != '-':\n"
-    "    def after_main():\n"
-    "        threading.main_thread().join()\n"
-    "        Path(late).write_text('thread finished')\n"
-    "    threading.Thread(target=after_main).start()\n"
-    "from splattrain.cli import main\n"
-    "main()\n"
-    "print('main returned')\n"
-)
-
-
-def run_exit_probe(tmp_path: Path, late: str, *argv: str) -> subprocess.CompletedProcess:
-    marker = tmp_path / "marker.txt"
-    return subprocess.run([sys.executable, "-c", EXIT_PROBE, str(marker), late, *argv], capture_output=True, text=True,
-                          cwd=REPO, timeout=300)
-
-
-def test_a_command_ends_its_process_after_the_exit_handlers_with_all_its_output(tmp_path):
-    done = run_exit_probe(tmp_path, "-", "schedule", "--config", "configs/demo.yaml")
-    assert done.returncode == 0, done.stderr
-    assert (tmp_path / "marker.txt").read_text() == "exit handler ran"
-    assert done.stdout.rstrip().splitlines()[-1].startswith("schedule check:"), done.stdout[-500:]
-    assert "main returned" not in done.stdout  # the process ended inside main()
-    failed = run_exit_probe(tmp_path, "-", "fit", "--config", str(tmp_path / "missing.yaml"))
-    assert failed.returncode == 2 and "not found" in failed.stderr
-    assert "main returned" not in failed.stdout
-
-
-def test_a_command_leaves_the_exit_to_python_while_another_thread_runs(tmp_path):
-    late = tmp_path / "late.txt"
-    done = run_exit_probe(tmp_path, str(late), "schedule", "--config", "configs/demo.yaml")
-    assert done.returncode == 0, done.stderr
-    assert "main returned" in done.stdout
-    assert late.read_text() == "thread finished"
-    assert (tmp_path / "marker.txt").read_text() == "exit handler ran"
