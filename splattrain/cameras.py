@@ -55,6 +55,8 @@ def stack_cameras(cameras: list[Camera]) -> tuple[Tensor, Tensor, int, int]:
     width, height = cameras[0].width, cameras[0].height
     if any(c.width != width or c.height != height for c in cameras):
         raise ValueError("cameras rendered together must share one image size")
+    if len(cameras) == 1:  # a view, not a copy: a training step's usual case
+        return cameras[0].viewmat.unsqueeze(0), cameras[0].K.unsqueeze(0), width, height
     viewmats = torch.stack([c.viewmat for c in cameras])
     Ks = torch.stack([c.K for c in cameras])
     return viewmats, Ks, width, height

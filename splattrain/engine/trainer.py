@@ -70,6 +70,7 @@ class DefaultTrainer(SteeringCalls):
         self.strategy_state, self.view_opt = built.strategy_state, built.view_opt
         self.resolution = built.resolution  #: the coarse-to-fine schedule the steps follow (None: full resolution)
         self.densify_after_step = bool(cfg.optim.densify_after_step)
+        self.replica_check_interval = int(cfg.trainer.replica_check_interval)  # read once: config reads are slow per step
         self.evaluator: Optional[Evaluator] = None
         self.writers = WriterGroup([], warn=self.console.warning)
 
@@ -229,7 +230,7 @@ class DefaultTrainer(SteeringCalls):
         """Act on the step's requests as the ranks agree on them; True when the run stops here."""
         reason, validate, save = self.requests.agreed(self.dist)
         stop = reason is not None
-        interval = int(self.cfg.trainer.replica_check_interval)
+        interval = self.replica_check_interval
         if interval > 0 and step % interval == 0:
             self._check_replicas(f"after step {step}")
         if (validate or stop) and not validated:
