@@ -33,7 +33,7 @@ def test_steps_scaler_scales_every_step_setting(tmp_path: Path) -> None:
     s = cfg.strategy
     assert (s.refine_start_iter, s.refine_stop_iter, s.refine_every, s.reset_every) == (100, 750, 50, 500)
     assert s.get("pause_refine_after_reset", 0) == 0 and s.get("refine_scale2d_stop_iter", 0) == 0  # zero stays off
-    assert cfg.model.sh_degree_interval == 250 and cfg.trainer.val_interval == 500
+    assert cfg.model.sh_degree_interval == 250 and cfg.trainer.val_interval == 750
     assert list(cfg.optim.schedules.scales.milestones) == [300, 600]
     assert cfg.default_hooks.checkpoint.interval == 500 and cfg.default_hooks.logger.interval == 50  # hooks too
     assert cfg.trainer.steps_scaler == 1.0 and cfg.trainer.schedule_steps is None  # applied once

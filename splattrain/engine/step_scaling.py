@@ -43,7 +43,7 @@ def run_factor(cfg: DictConfig) -> float:
 def scale_steps(cfg: DictConfig, explicit: Sequence[str] = ()) -> List[str]:
     """Scale every step-valued setting of ``cfg`` in place, but those at the key paths in
     ``explicit`` (given on the command line), and reset the knobs; returns one line per changed
-    setting (``"trainer.val_interval 200 (1000 scaled by 400/2000)"``)."""
+    setting (``"trainer.val_interval 300 (1500 scaled by 400/2000)"``)."""
     run, window = run_factor(cfg), float(cfg.trainer.steps_scaler)
     how = _describe_factor(cfg)
     keep = _Explicit(explicit)

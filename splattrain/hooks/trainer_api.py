@@ -75,7 +75,7 @@ _STEP_FIELDS = tuple(f.name for f in dataclasses.fields(StepOutputs))
 class RunSchedule:
     """The run's step settings after scaling (``trainer.schedule_steps`` / ``steps_scaler``), fixed
     for the whole run: what the training loop and hooks read. ``scaled`` lists each setting the
-    scaling changed, as ``"trainer.val_interval 200 (1000 scaled by 400/2000)"``."""
+    scaling changed, as ``"trainer.val_interval 300 (1500 scaled by 400/2000)"``."""
 
     max_steps: int  # trainer.max_steps
     batch_size: int  # trainer.batch_size: views rendered together
