@@ -9,7 +9,7 @@
 Each run is a fresh process (start-up, scene loading, validation and writing included) with only
 ``trainer.max_steps=N`` set on the scene's preset (``configs/demo.yaml``, ``configs/colmap.yaml``),
 so every step setting follows the run length as a user gets it (docs/real_captures.md). Per run:
-steps, wall seconds, training seconds, test PSNR, Gaussians. Then, per target PSNR, the shortest
+steps, wall seconds, CPU seconds, training seconds, test PSNR, Gaussians. Then, per target PSNR, the shortest
 wall time among the runs that reached it: the time a user waits for that quality.
 
 With ``--opensplat`` (one or more built OpenSplat CPU binaries), each build's 2000-step demo run
@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -60,12 +61,20 @@ def fit(scene: str, steps: int, extra: Sequence[str], source: Optional[Path] = N
                f"output_dir={out}", f"trainer.max_steps={steps}", "writers=[]", "metrics.lpips=false", *scene_args,
                *extra]
     env = {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    cpu_before = children_cpu_seconds()
     started = time.perf_counter()
     subprocess.run(command, cwd=root, env=env, check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - started
     results = json.loads((out / "results.json").read_text())
-    return {"steps": steps, "wall": wall, "train": results["train_seconds"], "psnr": results["psnr"],
-            "gaussians": results["num_gaussians"]}
+    return {"steps": steps, "wall": wall, "cpu": children_cpu_seconds() - cpu_before, "train": results["train_seconds"],
+            "psnr": results["psnr"], "gaussians": results["num_gaussians"]}
+
+
+def children_cpu_seconds() -> float:
+    """User and system seconds of the finished child processes so far: a run's CPU time tells a
+    slower host (more CPU seconds) from a run kept waiting (the same CPU seconds, more wall)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def time_to(targets: Sequence[float], runs: List[Dict[str, float]]) -> Dict[float, Optional[Dict[str, float]]]:
@@ -101,9 +110,10 @@ def compare(scene: str, ours: List[Dict[str, float]], theirs: List[Dict[str, flo
 
 def report(scene: str, runs: List[Dict[str, float]], targets: Sequence[float]) -> None:
     print(f"\n{scene}: whole fit per run length (preset + trainer.max_steps only)")
-    print(f"{'steps':>7} {'wall s':>8} {'train s':>8} {'PSNR dB':>8} {'Gaussians':>10}")
+    print(f"{'steps':>7} {'wall s':>8} {'cpu s':>8} {'train s':>8} {'PSNR dB':>8} {'Gaussians':>10}")
     for run in runs:
-        print(f"{run['steps']:7d} {run['wall']:8.1f} {run['train']:8.1f} {run['psnr']:8.2f} {run['gaussians']:10,d}")
+        print(f"{run['steps']:7d} {run['wall']:8.1f} {run['cpu']:8.1f} {run['train']:8.1f} {run['psnr']:8.2f} "
+              f"{run['gaussians']:10,d}")
     print(f"{scene}: time to quality")
     for target, run in time_to(targets, runs).items():
         where = f"{run['wall']:6.1f} s  ({run['steps']} steps)" if run else "not reached by these runs"
@@ -145,7 +155,7 @@ def opensplat_side_by_side(binaries: Sequence[Path], downscales: int, target: fl
             print(f"  {label}: {walls[label]:6.1f} s wall, {scored['psnr']:.2f} dB, "
                   f"SSIM {scored['ssim']:.4f}, {scored['gaussians']:,d} Gaussians")
         ours = fit("demo", steps, extra)
-        print(f"  splattrain: {ours['wall']:6.1f} s wall ({steps} steps), {ours['psnr']:.2f} dB")
+        print(f"  splattrain: {ours['wall']:6.1f} s wall, {ours['cpu']:.1f} s CPU ({steps} steps), {ours['psnr']:.2f} dB")
         for name, wall in walls.items():
             ratios[name].append(wall / ours["wall"])
     for name, values in ratios.items():
