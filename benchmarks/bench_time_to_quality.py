@@ -9,8 +9,8 @@
 Each run is a fresh process (start-up, scene loading, validation and writing included) with only
 ``trainer.max_steps=N`` set on the scene's preset (``configs/demo.yaml``, ``configs/colmap.yaml``),
 so every step setting follows the run length as a user gets it (docs/real_captures.md). Per run:
-steps, wall seconds, CPU seconds, training seconds, test PSNR, Gaussians. Then, per target PSNR, the shortest
-wall time among the runs that reached it: the time a user waits for that quality.
+steps, wall seconds, CPU seconds, training seconds, test PSNR, Gaussians. Then, per target PSNR,
+the shortest wall time among the runs that reached it: the time a user waits for that quality.
 
 With ``--opensplat`` (one or more built OpenSplat CPU binaries), each build's 2000-step demo run
 is timed and scored on the demo's test views by splattrain's renderer and metrics
