@@ -508,14 +508,6 @@ def test_auto_prefers_cpu_and_explicit_cpu_builds():
     assert "cpu" in RENDERERS
 
 
-def test_auto_picks_torch_when_absgrad_is_asked_for():
-    """The compiled backend has no absolute gradients, so auto takes the PyTorch renderer for them."""
-    messages: List[str] = []
-    renderer = build_renderer({"type": "auto"}, torch.device("cpu"), log=messages.append, absgrad=True)
-    assert isinstance(renderer, TorchRenderer) and renderer.absgrad
-    assert any("strategy.absgrad" in m for m in messages)
-
-
 def test_missing_compiler_falls_back_with_one_warning(monkeypatch, tmp_path):
     """No compiler and an empty cache: auto warns once and uses torch; explicit cpu is a user error."""
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))

@@ -64,9 +64,15 @@ def test_growth_adds_gaussians_and_keeps_optimizer_state_aligned():
 
 
 def test_absgrad_refused_for_renderers_without_it():
+    """A renderer (a plugin's) that does not say it computes absolute gradients is refused; the
+    shipped ones all compute them."""
     from splattrain.render.cpu_renderer import CpuRenderer
+
+    class PluginRenderer(TorchRenderer):
+        supports_absgrad = False
 
     cfg = {"type": "default", "absgrad": True}
     with pytest.raises(ConfigError, match="absgrad"):
-        build_strategy(cfg, CpuRenderer())
+        build_strategy(cfg, PluginRenderer())
     assert build_strategy(cfg, TorchRenderer()).absgrad
+    assert build_strategy(cfg, CpuRenderer()).absgrad

@@ -174,7 +174,7 @@ def _declare(handle: ctypes.CDLL) -> None:
         forward = getattr(handle, f"splat_forward_{suffix}")
         forward.argtypes, forward.restype = [*scene, ptr, ptr, ptr, i32, ptr], None
         backward = getattr(handle, f"splat_backward_{suffix}")
-        backward.argtypes, backward.restype = [*scene, *[ptr] * 9], None
+        backward.argtypes, backward.restype = [*scene, *[ptr] * 10], None
         images = [ptr, ptr, i64, i32, i32, i32, i32]  # pred, target, N, H, W, C, threads
         ssim_forward = getattr(handle, f"splat_ssim_forward_{suffix}")
         ssim_forward.argtypes, ssim_forward.restype = [*images, ptr], f64

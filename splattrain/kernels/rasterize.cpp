@@ -76,6 +76,7 @@ struct Scene {
     double* reach;  // [C * N, 4]: find_reach's output in the forward pass, its input backward
     const S* backgrounds;  // [C, D] composited behind each pixel (its final transmittance times it), or null
     int median_channel;    // the colour channel (a depth) whose median the forward pass also writes, or -1
+    bool absgrad;          // the backward pass also sums |d loss / d mean| per pixel (gsplat's absgrad)
 };
 
 // Per Gaussian: the half extents (y, x) in pixels of the ellipse where its alpha can still
@@ -329,12 +330,12 @@ void composite_forward(const Scene<S>& s, int threads, S* render, S* trans, int3
 }
 
 // Per-intersection gradient rows, then summed per Gaussian into the gradient outputs (which
-// are cleared first).
+// are cleared first); grad_abs [C * N, 2] is written when s.absgrad.
 template <typename S>
 void composite_backward(const Scene<S>& s, int threads, const S* trans, const int32_t* last,
                         const S* grad_render, const S* grad_trans, S* grad_isect, S* grad_means2d,
-                        S* grad_conics, S* grad_opacities, S* grad_colors) {
-    const int D = s.channels;
+                        S* grad_conics, S* grad_opacities, S* grad_colors, S* grad_abs) {
+    const int D = s.channels, row = 6 + D + (s.absgrad ? 2 : 0);
     const Kernels<S> run = kernels<S>(s.channels);
     parallel_for(s.n_cams * s.tiles_x * s.tiles_y, threads, [&](int64_t index) {
         run.backward(s, index, trans, last, grad_render, grad_trans, grad_isect);
@@ -343,14 +344,19 @@ void composite_backward(const Scene<S>& s, int threads, const S* trans, const in
     std::fill(grad_conics, grad_conics + 3 * s.n_splats, S(0));
     std::fill(grad_opacities, grad_opacities + s.n_splats, S(0));
     std::fill(grad_colors, grad_colors + D * s.n_splats, S(0));
+    if (s.absgrad) std::fill(grad_abs, grad_abs + 2 * s.n_splats, S(0));
     for (int64_t k = 0; k < s.n_isects; ++k) {
         const int64_t id = s.flatten_ids[k];
-        const S* g = grad_isect + k * (6 + D);
+        const S* g = grad_isect + k * row;
         grad_means2d[2 * id] += g[0];
         grad_means2d[2 * id + 1] += g[1];
         for (int j = 0; j < 3; ++j) grad_conics[3 * id + j] += g[2 + j];
         grad_opacities[id] += g[5];
         for (int d = 0; d < D; ++d) grad_colors[id * D + d] += g[6 + d];
+        if (s.absgrad) {
+            grad_abs[2 * id] += g[6 + D];
+            grad_abs[2 * id + 1] += g[7 + D];
+        }
     }
 }
 
@@ -382,7 +388,7 @@ void composite_backward(const Scene<S>& s, int threads, const S* trans, const in
         int median_channel, S* median) {                                                           \
         const Scene<S> s{means2d, conics, opacities, colors, offsets, flatten_ids, n_isects,       \
                          n_cams, n_splats, width, height, tile_size, tiles_x, tiles_y, channels,   \
-                         reach, backgrounds, median_channel};                                      \
+                         reach, backgrounds, median_channel, false};                               \
         composite_forward(s, threads, render, trans, last, median);                                \
     }                                                                                              \
     extern "C" void splat_backward_##SUFFIX(                                                       \
@@ -392,12 +398,12 @@ void composite_backward(const Scene<S>& s, int threads, const S* trans, const in
         int width, int height, int tile_size, int tiles_x, int tiles_y, int channels, int threads, \
         double* reach, const S* backgrounds, const S* trans, const int32_t* last,                  \
         const S* grad_render, const S* grad_trans, S* grad_isect, S* grad_means2d,                 \
-        S* grad_conics, S* grad_opacities, S* grad_colors) {                                       \
+        S* grad_conics, S* grad_opacities, S* grad_colors, S* grad_abs) {                          \
         const Scene<S> s{means2d, conics, opacities, colors, offsets, flatten_ids, n_isects,       \
                          n_cams, n_splats, width, height, tile_size, tiles_x, tiles_y, channels,   \
-                         reach, backgrounds, -1};                                                  \
+                         reach, backgrounds, -1, grad_abs != nullptr};                             \
         composite_backward(s, threads, trans, last, grad_render, grad_trans, grad_isect,           \
-                           grad_means2d, grad_conics, grad_opacities, grad_colors);                \
+                           grad_means2d, grad_conics, grad_opacities, grad_colors, grad_abs);      \
     }
 
 SPLAT_EXPORTS(float, f32)

@@ -40,15 +40,11 @@ def check_renderer_options(spec: Mapping[str, Any], where: str = "renderer") -> 
 RENDERERS.set_checker(check_renderer_options)
 
 
-def resolve_auto(device: torch.device, log: Message = None, warn: Message = None, absgrad: bool = False) -> str:
+def resolve_auto(device: torch.device, log: Message = None, warn: Message = None) -> str:
     """``auto``: gsplat on CUDA; else the compiled CPU backend, or torch when that cannot be built
-    (after one ``warn``) or when absolute gradients are needed (the compiled backend has none)."""
+    (after one ``warn``)."""
     if device.type == "cuda":
         return "gsplat"
-    if absgrad:
-        if log is not None:
-            log("renderer auto: using the PyTorch renderer, which computes the absolute gradients strategy.absgrad needs")
-        return "torch"
     return cpu_renderer.auto_cpu_backend(device, log, warn)
 
 
@@ -64,7 +60,7 @@ def build_renderer(
     spec = dict(spec)
     kind = str(spec.get("type", "auto"))
     if kind == "auto":
-        spec["type"] = kind = resolve_auto(device, log, warn, absgrad)
+        spec["type"] = kind = resolve_auto(device, log, warn)
         options = {k: v for k, v in spec.items() if k != "type"}
         extra = [key for key in options if key not in RENDERERS.options(kind)]
         if extra:

@@ -204,14 +204,16 @@ class _Composite(torch.autograd.Function):
     intersections and (optionally, without a gradient) backgrounds [C, D] composited behind.
     Outputs: colours [C, H, W, D], final transmittances [C, H, W, 1] and, with ``median_channel``,
     that channel's median [C, H, W, 1] (as in the PyTorch rasterizer; no gradient), else an empty
-    tensor.
+    tensor. With ``absgrad`` = (tensor, first camera), the backward pass adds the sum over pixels
+    of |d loss / d mean| per pixel (gsplat's ``absgrad``) to ``tensor.absgrad`` [C', N, 2] from
+    that camera on, creating it (zeros) on first use: cameras composited apart can share one.
     """
 
     @staticmethod
     def forward(
         ctx: Any, means2d: Tensor, conics: Tensor, opacities: Tensor, colors: Tensor,
         isects: TileIntersections, width: int, height: int, backgrounds: Optional[Tensor] = None,
-        median_channel: Optional[int] = None,
+        median_channel: Optional[int] = None, absgrad: Optional[Tuple[Tensor, int]] = None,
     ) -> Tuple[Tensor, Tensor, Tensor]:
         tensors = tuple(t.to(means2d.dtype).contiguous() for t in (means2d, conics, opacities, colors))
         n_cams, channels = means2d.shape[0], colors.shape[-1]
@@ -229,7 +231,7 @@ class _Composite(torch.autograd.Function):
             -1 if median_channel is None else median_channel, median.data_ptr() if median.numel() else None,
         )
         ctx.save_for_backward(*tensors, reach, trans, last)
-        ctx.isects, ctx.size, ctx.backgrounds = isects, (width, height), backgrounds
+        ctx.isects, ctx.size, ctx.backgrounds, ctx.absgrad = isects, (width, height), backgrounds, absgrad
         ctx.mark_non_differentiable(median)
         return render, trans, median
 
@@ -238,15 +240,21 @@ class _Composite(torch.autograd.Function):
         *tensors, reach, trans, last = ctx.saved_tensors
         isects: TileIntersections = ctx.isects
         grads = [torch.empty_like(t) for t in tensors]
-        rows = tensors[3].shape[-1] + 6
+        grad_abs = torch.empty_like(tensors[0]) if ctx.absgrad is not None else None
+        rows = tensors[3].shape[-1] + 6 + (2 if grad_abs is not None else 0)
         grad_isect = tensors[0].new_empty(isects.flatten_ids.numel(), rows)
         grad_render, grad_trans = grad_render.contiguous(), grad_trans.contiguous()
         _fn("backward", tensors[0].dtype)(
             *_scene_args(tuple(tensors), reach, isects, *ctx.size, ctx.backgrounds),
             trans.data_ptr(), last.data_ptr(), grad_render.data_ptr(), grad_trans.data_ptr(),
-            grad_isect.data_ptr(), *(g.data_ptr() for g in grads),
+            grad_isect.data_ptr(), *(g.data_ptr() for g in grads), None if grad_abs is None else grad_abs.data_ptr(),
         )
-        return (*grads, None, None, None, None, None)
+        if grad_abs is not None:
+            target, first = ctx.absgrad
+            if getattr(target, "absgrad", None) is None:
+                target.absgrad = torch.zeros_like(target)
+            target.absgrad[first:first + grad_abs.shape[0]] += grad_abs.to(target.dtype)
+        return (*grads, None, None, None, None, None, None)
 
 
 def composite(
@@ -258,16 +266,18 @@ def composite(
     tile_size: int = 16,
     backgrounds: Optional[Tensor] = None,
     median_channel: Optional[int] = None,
+    absgrad: Optional[Tuple[Tensor, int]] = None,
 ) -> Tuple[Tensor, Tensor, Dict[str, Any]]:
     """Bin projected Gaussians into tiles and composite ``colors`` [C, N, D] front to back:
     the second half of :func:`rasterize`, with the same outputs (``info["median"]`` with
-    ``median_channel``)."""
+    ``median_channel``). ``absgrad`` (tensor, first camera): where the backward pass adds the
+    absolute mean gradients (see ``_Composite``)."""
     isects = intersect_tiles(proj.means2d.detach(), proj.radii, proj.depths.detach(), width, height, tile_size,
                              proj.conics, proj.opacities)
     in_kernel = backgrounds is not None and not backgrounds.requires_grad
     render, trans, median = _Composite.apply(
         proj.means2d, proj.conics, proj.opacities, colors, isects, width, height,
-        backgrounds.detach() if in_kernel else None, median_channel,
+        backgrounds.detach() if in_kernel else None, median_channel, absgrad,
     )
     if backgrounds is not None and not in_kernel:  # a background that learns: composited here
         render = render + trans * backgrounds[:, None, None, :]
@@ -295,9 +305,11 @@ def rasterize(
     rasterize_mode: str = "classic",
     backgrounds: Optional[Tensor] = None,
     median_channel: Optional[int] = None,
+    absgrad: bool = False,
 ) -> Tuple[Tensor, Tensor, Dict[str, Any]]:
     """Render Gaussians into C pinhole cameras on the CPU; the arguments, outputs and ``info``
-    of :func:`splattrain.render.torch_rasterizer.rasterize`. Tensors must be float32 or
+    of :func:`splattrain.render.torch_rasterizer.rasterize` (``absgrad``: the backward pass also
+    sets ``info["means2d"].absgrad``). Tensors must be float32 or
     float64 on the CPU; the library is compiled on first use (see ``build.load_library``).
     """
     if means.device.type != "cpu":
@@ -305,4 +317,4 @@ def rasterize(
     proj, colors = project_for_rasterizer(project, means, quats, scales, opacities, colors, viewmats, Ks, width,
                                           height, near_plane, far_plane, eps2d, rasterize_mode)
     return composite(proj, colors, width, height, tile_size=tile_size, backgrounds=backgrounds,
-                     median_channel=median_channel)
+                     median_channel=median_channel, absgrad=(proj.means2d, 0) if absgrad else None)

@@ -30,6 +30,7 @@ KERNEL_CHANNELS = 8
 class CpuRenderer(Renderer):
     """Compiled C++ rasterizer for the CPU, all cores (built on first use; needs a C++ compiler)."""
 
+    supports_absgrad = True
     supports_pose_grad = True  # through the Gaussians: see render/pose_grad.py
     supported_extras = frozenset(EXTRA_OUTPUTS)
 
@@ -46,7 +47,7 @@ class CpuRenderer(Renderer):
         if not viewmats.requires_grad:
             proj, features = self._project(model, model.means, model.quats, viewmats, Ks, width, height, sh_degree)
             return self._composite(proj, features, width, height, background, wanted,
-                                   (model.means, model.quats, model.scales, viewmats))
+                                   (model.means, model.quats, model.scales, viewmats), (proj.means2d, 0))
         # Learned camera poses: each camera sees the Gaussians moved by its (zero-valued) motion.
         projected = []
         for k in range(viewmats.shape[0]):
@@ -56,7 +57,7 @@ class CpuRenderer(Renderer):
         # One [C,N,2] means2d on the path to the images, so densification reads its gradient.
         means2d = torch.cat([proj.means2d for proj, _ in projected])
         results = [self._composite(replace(proj, means2d=means2d[k:k + 1]), features, width, height, background, wanted,
-                                   (model.means, model.quats, model.scales, viewmats[k:k + 1]))
+                                   (model.means, model.quats, model.scales, viewmats[k:k + 1]), (means2d, k))
                    for k, (proj, features) in enumerate(projected)]
         merged = merge_results(results)
         merged.info["means2d"] = means2d
@@ -74,9 +75,12 @@ class CpuRenderer(Renderer):
         return proj, features
 
     def _composite(self, proj: Projection, features: Tensor, width: int, height: int, background: Tensor,
-                   wanted: Wanted, geometry: Tuple[Tensor, Tensor, Tensor, Tensor]) -> RenderResult:
+                   wanted: Wanted, geometry: Tuple[Tensor, Tensor, Tensor, Tensor],
+                   absgrad_into: Tuple[Tensor, int]) -> RenderResult:
         """Composite colours and the ``wanted`` extra channels; ``geometry`` is (means, quats,
-        scales, viewmats) for the normals (the depths come from the projection)."""
+        scales, viewmats) for the normals (the depths come from the projection).
+        ``absgrad_into`` (the means2d tensor of ``info``, this projection's first camera in it)
+        receives the absolute gradients when ``self.absgrad`` is set."""
         C = proj.means2d.shape[0]
         backgrounds = background.expand(C, 3)
         extra, reference = extra_features(wanted, *geometry, depths=proj.depths)
@@ -87,7 +91,7 @@ class CpuRenderer(Renderer):
             backgrounds = torch.cat([backgrounds, background.new_zeros(C, extra.shape[-1] + pad)], dim=-1)
         render, alpha, info = composite(
             proj, features, width, height, tile_size=self.tile_size, backgrounds=backgrounds,
-            median_channel=3 if wanted.median else None,
+            median_channel=3 if wanted.median else None, absgrad=absgrad_into if self.absgrad else None,
         )
         render = render[..., :3 + wanted.channels]
         median = info.pop("median", None)

@@ -45,7 +45,7 @@ def build_strategy(
     if getattr(strategy, "absgrad", False) and renderer is not None and not getattr(renderer, "supports_absgrad", False):
         raise ConfigError(
             f"strategy.absgrad needs a renderer that computes absolute gradients; {type(renderer).__name__} "
-            "does not (use renderer.type torch or gsplat, or set strategy.absgrad false)"
+            "does not (use renderer.type auto, cpu, torch or gsplat, or set strategy.absgrad false)"
         )
     return strategy
 
