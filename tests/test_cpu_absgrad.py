@@ -64,6 +64,22 @@ def test_absgrad_in_float64(library):  # noqa: F811
     torch.testing.assert_close(_absgrad(ours), _absgrad(ref), rtol=1e-9, atol=1e-12)
 
 
+def test_each_backward_pass_sets_absgrad_anew(library):  # noqa: F811
+    """A second backward pass through the same render replaces ``absgrad`` (as gsplat does) rather
+    than adding to it, while ``grad`` accumulates as PyTorch's gradients do."""
+    scene = make_scene(34, n=200, width=30, height=26, n_cams=2)
+    leaves = [p.detach().clone().requires_grad_() for p in scene.params()]
+    render, alphas, info = cpu.rasterize(*leaves, scene.viewmats, scene.Ks, scene.width, scene.height, absgrad=True)
+    info["means2d"].retain_grad()
+    loss = (render * render).sum() + alphas.sum()
+    loss.backward(retain_graph=True)
+    first, grad = info["means2d"].absgrad.clone(), info["means2d"].grad.clone()
+    assert first.abs().sum() > 0
+    loss.backward()
+    assert torch.equal(info["means2d"].absgrad, first)
+    torch.testing.assert_close(info["means2d"].grad, 2 * grad)
+
+
 def _render_with_absgrad(renderer, model: GaussianModel, cameras: List[Camera]):
     for param in model.params.values():
         param.grad = None
@@ -75,8 +91,8 @@ def _render_with_absgrad(renderer, model: GaussianModel, cameras: List[Camera]):
 
 
 def test_renderer_absgrad_matches_torch_renderer_with_and_without_learned_poses(library):  # noqa: F811
-    """Cameras whose poses learn are composited one by one into one means2d tensor: each adds
-    its row of absolute gradients to it."""
+    """Cameras whose poses learn are composited one by one into one means2d tensor: each writes
+    its row of absolute gradients into it."""
     gen = torch.Generator().manual_seed(33)
     model = GaussianModel.random(400, torch.zeros(3), 0.8, 1, opacity=0.4, generator=gen)
     viewmats, Ks = make_cameras(2, 40, 30)

@@ -204,9 +204,9 @@ class _Composite(torch.autograd.Function):
     intersections and (optionally, without a gradient) backgrounds [C, D] composited behind.
     Outputs: colours [C, H, W, D], final transmittances [C, H, W, 1] and, with ``median_channel``,
     that channel's median [C, H, W, 1] (as in the PyTorch rasterizer; no gradient), else an empty
-    tensor. With ``absgrad`` = (tensor, first camera), the backward pass adds the sum over pixels
-    of |d loss / d mean| per pixel (gsplat's ``absgrad``) to ``tensor.absgrad`` [C', N, 2] from
-    that camera on, creating it (zeros) on first use: cameras composited apart can share one.
+    tensor. With ``absgrad`` = (tensor, first camera), the backward pass writes the sum over
+    pixels of |d loss / d mean| per pixel (gsplat's ``absgrad``) into ``tensor.absgrad`` [C', N, 2]
+    from that camera on, creating it on first use: cameras composited apart can share one.
     """
 
     @staticmethod
@@ -253,7 +253,7 @@ class _Composite(torch.autograd.Function):
             target, first = ctx.absgrad
             if getattr(target, "absgrad", None) is None:
                 target.absgrad = torch.zeros_like(target)
-            target.absgrad[first:first + grad_abs.shape[0]] += grad_abs.to(target.dtype)
+            target.absgrad[first:first + grad_abs.shape[0]] = grad_abs  # each backward pass anew, as gsplat
         return (*grads, None, None, None, None, None, None)
 
 
@@ -270,7 +270,7 @@ def composite(
 ) -> Tuple[Tensor, Tensor, Dict[str, Any]]:
     """Bin projected Gaussians into tiles and composite ``colors`` [C, N, D] front to back:
     the second half of :func:`rasterize`, with the same outputs (``info["median"]`` with
-    ``median_channel``). ``absgrad`` (tensor, first camera): where the backward pass adds the
+    ``median_channel``). ``absgrad`` (tensor, first camera): where the backward pass writes the
     absolute mean gradients (see ``_Composite``)."""
     isects = intersect_tiles(proj.means2d.detach(), proj.radii, proj.depths.detach(), width, height, tile_size,
                              proj.conics, proj.opacities)
