@@ -48,6 +48,9 @@ def test_a_setting_given_on_the_command_line_is_never_scaled() -> None:
     assert "model.sh_degree_interval 100 (500 scaled by 400/2000)" in run.scaled
     assert not any(line.startswith(("trainer.val_interval", "default_hooks.checkpoint", "strategy.refine_stop_iter"))
                    for line in run.scaled)
+    # a hook list given whole on the command line keeps its steps too; the same list in a file follows the run
+    hooks = "custom_hooks=[{type: ContributionPruneHook, steps: [300]}]"
+    assert list(load_config(DEMO, ["trainer.max_steps=400", hooks]).custom_hooks[0].steps) == [300]
     plain = load_run_config(REPO / "configs" / "colmap.yaml", ["data.path=x", "trainer.schedule_steps=null",
                                                                "trainer.max_steps=500"])
     assert plain.scaled == () and plain.cfg.strategy.refine_stop_iter == 6000  # no schedule_steps: nothing scaled

@@ -77,7 +77,7 @@ class _Explicit:
         self.keys = list(keys)
 
     def __call__(self, key: str) -> bool:
-        return any(key == given or key.startswith(given + ".") for given in self.keys)
+        return any(key == given or key.startswith((given + ".", given + "[")) for given in self.keys)
 
 
 def _describe_factor(cfg: DictConfig) -> str:
