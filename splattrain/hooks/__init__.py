@@ -3,6 +3,7 @@
 from .auto_checkpoint import AutoCheckpointHook, RunInterrupted
 from .base import HOOK_POINTS, Hook, Priority, get_priority
 from .checkpoint_hook import CheckPointHook
+from .contribution_prune import ContributionPruneHook
 from .dispatch import HookDispatcher, HookError
 from .early_stopping import EarlyStoppingHook
 from .ema import EMAHook
@@ -22,6 +23,7 @@ __all__ = [
     "AutoCheckpointHook",
     "CheckInvalidLossHook",
     "CheckPointHook",
+    "ContributionPruneHook",
     "EarlyStoppingHook",
     "EMAHook",
     "GradClipHook",
