@@ -100,6 +100,19 @@ def test_resume_across_world_sizes(runs):
     assert '"steps": 36' in results
 
 
+@pytest.mark.slow
+def test_contribution_pruning_removes_the_same_rows_on_every_rank(runs):
+    """Each rank scores every training view and the ranks agree on the scores before choosing: the
+    replicas stay equal (checked before each checkpoint) and lose what one rank loses."""
+    folder, config, _ = runs
+    hook = "custom_hooks=[{type: ContributionPruneHook, steps: [25], fraction: 0.5}]"
+    _single(config, folder / "prune_one", extra=[hook])
+    run_torchrun(config, [f"output_dir={folder / 'prune_two'}", hook])
+    counts = gaussian_counts(folder / "prune_two")
+    assert counts == gaussian_counts(folder / "prune_one")
+    assert counts[25] == counts[24] - counts[24] // 2
+
+
 def _free_port() -> int:
     from dist_launch import free_port
 
