@@ -16,17 +16,15 @@ import torch
 from torch import Tensor
 
 from ..cameras import Camera
-from ..model.gaussians import GaussianModel
+from ..model.gaussians import SH_C0, GaussianModel
 from .base import Renderer
-
-#: The DC term of the spherical harmonics: colour = C0 * sh0 + 0.5.
-SH_C0 = 0.28209479177387814
 
 
 def blending_weights(model: GaussianModel, renderer: Renderer, cameras: Iterable[Camera]) -> Tensor:
     """Per Gaussian [N], the sum over ``cameras`` (rendered one at a time) and their pixels of its
-    compositing weight. The model is not changed; learned pose and colour corrections are not
-    applied (the weights depend on neither colour nor, much, on small pose changes)."""
+    compositing weight. The model is not changed. Learned pose and colour corrections and masks
+    are not applied: colour does not change the weights, small pose changes change them little,
+    and a Gaussian that paints only masked-out pixels counts as painting."""
     params = {name: value.detach() for name, value in model.params.items()}
     probe = GaussianModel({**params, "sh0": torch.zeros_like(params["sh0"])}, model.sh_degree)
     for name, value in probe.params.items():
