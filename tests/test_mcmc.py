@@ -150,6 +150,33 @@ def test_noise_moves_only_transparent_gaussians_by_their_covariance():
     torch.testing.assert_close(moved[0], covariance @ eps[0] * gate * 2.0)
 
 
+
+def test_compiled_noise_matches_the_pytorch_path():
+    from splattrain.kernels.build import load_library
+
+    load_library()
+    g = torch.Generator().manual_seed(3)
+    n = 5000
+    params = {"means": torch.randn(n, 3, generator=g), "quats": torch.randn(n, 4, generator=g),
+              "scales": torch.randn(n, 3, generator=g) - 4.0, "opacities": torch.linspace(-9.0, 3.0, n)}
+    eps = torch.randn(n, 3, generator=g)
+    by_torch, compiled = ({k: v.clone() for k, v in params.items()} for _ in range(2))
+    mcmc._inject_noise_torch(by_torch, eps, 500.0)
+    assert mcmc._inject_noise_compiled(compiled, eps, 500.0)
+    moves = by_torch["means"] - params["means"]
+    assert moves[:100].abs().min() > 1e-4 and moves[-100:].abs().max() == 0  # transparent ones move, opaque stay
+    torch.testing.assert_close(compiled["means"] - params["means"], moves, rtol=1e-5, atol=1e-6 * float(moves.abs().max()))
+    # inject_noise takes the compiled path (the same draw from the global generator) ...
+    entry = {k: v.clone() for k, v in params.items()}
+    torch.manual_seed(11)
+    mcmc.inject_noise(entry, 500.0)
+    torch.manual_seed(11)
+    expected = {k: v.clone() for k, v in params.items()}
+    mcmc._inject_noise_compiled(expected, torch.randn(n, 3), 500.0)
+    assert torch.equal(entry["means"], expected["means"])
+    # ... and PyTorch's for what the library does not take
+    assert not mcmc._inject_noise_compiled({k: v.double() for k, v in params.items()}, eps.double(), 500.0)
+
 class CountAndTerms(CountAfterStep):
     def after_train_iter(self, trainer, step, batch, outputs):
         super().after_train_iter(trainer, step, batch, outputs)

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("rasterize.cpp", "project.cpp", "ssim.cpp", "adam.cpp", "stats.cpp", "knn.cpp"))
+SOURCES = tuple(Path(__file__).with_name(name) for name in (
+    "rasterize.cpp", "project.cpp", "ssim.cpp", "adam.cpp", "stats.cpp", "knn.cpp", "noise.cpp",
+))
 HEADERS = tuple(Path(__file__).with_name(name) for name in (
     "common.h", "worker_pool.h", "isa_variants.inc", "composite_tile.inc", "binning.inc", "project_lanes.inc", "sh_lanes.inc",
 ))
@@ -183,6 +185,8 @@ def _declare(handle: ctypes.CDLL) -> None:
     accumulate = handle.splat_accumulate_grad2d_f32
     accumulate.argtypes, accumulate.restype = [ptr, ptr, i64, i64, ctypes.c_float, ctypes.c_float, ctypes.c_float,
                                                ptr, ptr, ptr], None
+    noise = handle.splat_mcmc_noise_f32
+    noise.argtypes, noise.restype = [ptr] * 5 + [i64, ctypes.c_float, i32], None
     adam = handle.splat_adam_step_f32
     adam.argtypes, adam.restype = [ptr] * 7 + [i32, ptr, i32], None
     handle.splat_knn_mean_f64.argtypes, handle.splat_knn_mean_f64.restype = [ptr, i64, i64, i64, i32, ptr, i32], i32

@@ -1,7 +1,8 @@
 """MCMC densification ops ("3D Gaussian Splatting as Markov Chain Monte Carlo", Kheradmand et al. 2024).
 
 Relocation (Eq. 9), sampling new Gaussians and position noise in PyTorch, on any device
-(gsplat computes the relocation in a CUDA kernel only). Each
+(gsplat computes the relocation in a CUDA kernel only); the noise in the compiled library on the
+CPU when it is loaded. Each
 op that changes the Gaussians' rows returns ``sources``: for every row after the op, the row
 it continues, or -1 for a Gaussian the op created or re-initialised.
 """
@@ -131,12 +132,38 @@ def sample_add(
 def inject_noise(params: Dict[str, Tensor], scale: float) -> None:
     """Move each mean by Gaussian noise shaped by its covariance, gated to nearly transparent ones.
 
-    ``noise = Sigma * eps * sigmoid(100 * (1 - opacity - 0.995)) * scale`` with eps ~ N(0, I).
+    ``noise = Sigma * eps * sigmoid(100 * (1 - opacity - 0.995)) * scale`` with eps ~ N(0, I),
+    in one pass of the compiled library when it is loaded and the tensors are float32 on the CPU.
     """
+    eps = torch.randn_like(params["means"])
+    if not _inject_noise_compiled(params, eps, scale):
+        _inject_noise_torch(params, eps, scale)
+
+
+def _inject_noise_compiled(params: Dict[str, Tensor], eps: Tensor, scale: float) -> bool:
+    """The noise by the compiled library (float32 on the CPU, library loaded); False: not applicable."""
+    from ..kernels.build import loaded_library
+    from ..kernels.threads import loop_threads
+
+    library = loaded_library()
+    names = ("means", "quats", "scales", "opacities")
+    if library is None or any(params[name].device.type != "cpu" or params[name].dtype != torch.float32
+                              for name in names) or not params["means"].is_contiguous():
+        return False
+    quats, scales, logits = (params[name].detach().contiguous() for name in names[1:])
+    library.handle.splat_mcmc_noise_f32(
+        params["means"].data_ptr(), quats.data_ptr(), scales.data_ptr(), logits.data_ptr(), eps.data_ptr(),
+        len(eps), scale, loop_threads(),
+    )
+    return True
+
+
+def _inject_noise_torch(params: Dict[str, Tensor], eps: Tensor, scale: float) -> None:
+    """The noise in PyTorch, on any device."""
     opacities = torch.sigmoid(params["opacities"].flatten())
     rotations = quat_to_rotmat(F.normalize(params["quats"], dim=-1))
     factor = rotations * torch.exp(params["scales"])[:, None, :]  # R S
     covariances = factor @ factor.transpose(1, 2)
     gate = torch.sigmoid(100.0 * ((1.0 - opacities) - 0.995))
-    noise = torch.randn_like(params["means"]) * gate[:, None] * scale
+    noise = eps * gate[:, None] * scale
     params["means"].add_(torch.einsum("nij,nj->ni", covariances, noise))
