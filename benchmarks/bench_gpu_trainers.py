@@ -135,7 +135,8 @@ def gsplat_command(trainer: Path, strategy: str, scene: Path, steps: int, result
     command = [sys.executable, str(trainer), strategy, "--data_dir", str(scene), "--data_factor", "1",
                "--result_dir", str(result), "--test_every", "8", "--max_steps", str(steps),
                "--eval_steps", str(steps), "--save_steps", str(steps), "--disable_viewer", "--disable_video",
-               "--sh_degree_interval", str(schedule["sh_degree_interval"]),
+               # gsplat divides the step by it: 1 raises the degree every step, so degree 3 from step 3
+               "--sh_degree_interval", str(max(1, schedule["sh_degree_interval"])),
                "--strategy.refine-start-iter", str(schedule["refine_start_iter"]),
                "--strategy.refine-stop-iter", str(schedule["refine_stop_iter"]),
                "--strategy.refine-every", str(schedule["refine_every"])]

@@ -77,7 +77,9 @@ def test_schedule_steps_makes_settings_follow_max_steps(tmp_path: Path) -> None:
     # refine_every is a statistics window (views per decision), not a point in the run: it stays
     assert cfg.strategy.refine_every == 100 and cfg.model.sh_degree_interval == 250
     colmap = load_config(REPO / "configs" / "colmap.yaml", ["data.path=x", "trainer.max_steps=2000"])
-    assert (colmap.strategy.refine_every, colmap.strategy.refine_start_iter, colmap.strategy.reset_every) == (100, 143, 857)
+    assert (colmap.strategy.refine_every, colmap.strategy.refine_start_iter, colmap.strategy.reset_every) == (100, 143, 2000)
+    # the COLMAP preset: no opacity reset within refinement at any length, every SH degree from the start
+    assert colmap.strategy.reset_every > colmap.strategy.refine_stop_iter and colmap.model.sh_degree_interval == 0
     saved = tmp_path / "config.yaml"
     saved.write_text(config_to_yaml(cfg))  # the run dir's config.yaml reproduces the run exactly
     assert OmegaConf.to_container(load_config(saved)) == OmegaConf.to_container(cfg)
