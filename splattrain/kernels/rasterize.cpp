@@ -6,9 +6,10 @@
 // list once, Gaussian by Gaussian, updating a tile row's kLanes pixels a vector register at a
 // time (the kernels in composite_tile.inc; x86-64 builds also carry AVX2 and AVX-512 copies,
 // picked at run time).
-// Only the rows and lane groups the Gaussian's ellipse can reach at the alpha threshold are
-// visited, so the work follows the Gaussians' footprints, and exp(-sigma) is mostly advanced
-// from row to row by multiplications rather than evaluated per pixel (see Group). The backward
+// Only the rows, lane groups and vector registers of a group the Gaussian's ellipse can reach at
+// the alpha threshold are visited, so the work follows the Gaussians' footprints, and exp(-sigma)
+// is mostly advanced from row to row by multiplications rather than evaluated per pixel (see
+// Group). The backward
 // pass walks each list back to front like gsplat's CUDA kernel, rebuilding transmittance by
 // division, and writes one gradient row per intersection; rows are summed per Gaussian in list
 // order afterwards, so results do not depend on the thread count.
@@ -192,13 +193,15 @@ struct Group {
     alignas(64) S dx[kLanes], ax[kLanes], bx[kLanes], adx[kLanes], half_dx2[kLanes];
     alignas(64) S vis[kLanes], step[kLanes];
     S decay;
-    int first;  // tile column of lane 0
+    int first;   // tile column of lane 0
+    int lo, hi;  // the lanes the Gaussian can reach (the others cannot pass the alpha threshold)
     bool stepping;
 
     // False when the Gaussian reaches no column of the group.
     [[gnu::always_inline]] bool set(const Splat<S>& g, const Tile<S>& t, int group) {
         first = group * kLanes;
-        const int lo = std::max(g.c0, first) - first, hi = std::min(g.c1, first + kLanes - 1) - first;
+        lo = std::max(g.c0, first) - first;
+        hi = std::min(g.c1, first + kLanes - 1) - first;
         if (lo > hi) return false;
         const S x_first = static_cast<S>(t.x0 + first) + S(0.5);
 #pragma omp simd
