@@ -1,9 +1,9 @@
-"""Milliseconds per stage of the compiled CPU backend on the demo scene, per instruction set.
+"""Milliseconds per stage of the compiled CPU backend on a scene, per instruction set.
 
 The demo scene (data/demo, 128x128) with ``--gaussians`` random-init Gaussians, as
 ``splattrain fit --config configs/demo.yaml`` starts, or with the Gaussians of a checkpoint
 (``--checkpoint``, e.g. a finished demo run's ``ckpt/last.pt``), seen from the first training
-view. Each stage is timed alone (median of ``--repeats`` after one warm-up), as a training step
+view. ``--config`` and ``--data`` time another preset's scene (its checkpoint's Gaussians). Each stage is timed alone (median of ``--repeats`` after one warm-up), as a training step
 runs it (RGB, no depth channel): SH colours, projection, tile binning, compositing forward,
 compositing forward + backward, the loss, and a whole step (render + loss + backward). The
 projection, SH and compositing kernels are built for several instruction sets; ``--isa`` picks
@@ -15,6 +15,8 @@ programs share the machine, so two versions can be compared on a busy machine.
 
     python benchmarks/bench_cpu_stages.py
     python benchmarks/bench_cpu_stages.py --isa baseline avx512 --repeats 50
+    python benchmarks/bench_cpu_stages.py --config configs/colmap.yaml --data ../shared/scenes/cup \
+        --checkpoint <a cup run>/ckpt/last.pt
     OMP_NUM_THREADS=1 python benchmarks/bench_cpu_stages.py --checkpoint outputs/demo/ckpt/last.pt --cpu-time
 """
 
@@ -42,12 +44,15 @@ from splattrain.kernels.threads import cores_for_the_library, loop_threads
 REPO = Path(__file__).resolve().parents[1]
 
 
-def stage_timers(gaussians: int, checkpoint: Optional[Path] = None) -> Dict[str, Callable[[], object]]:
-    """One callable per stage, on the demo scene's first training view (random-init Gaussians,
-    or the checkpoint's)."""
+def stage_timers(gaussians: int, checkpoint: Optional[Path] = None, config: Path = REPO / "configs" / "demo.yaml",
+                 data: Optional[Path] = None) -> Dict[str, Callable[[], object]]:
+    """One callable per stage, on the first training view of ``config``'s scene (``data``:
+    another data.path), with random-init Gaussians or the checkpoint's."""
     with tempfile.TemporaryDirectory() as tmp:
         overrides = [f"model.init.num_points={gaussians}", "metrics.lpips=false", f"output_dir={tmp}"]
-        trainer = DefaultTrainer(load_config(REPO / "configs" / "demo.yaml", overrides))
+        if data is not None:
+            overrides.append(f"data.path={data.resolve()}")
+        trainer = DefaultTrainer(load_config(config, overrides))
     model, batch = trainer.model, trainer.data.next_train(1)
     trainer.data.close()
     if checkpoint is not None:
@@ -119,14 +124,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--isa", nargs="*", help="instruction sets to time (default: all this CPU runs)")
     parser.add_argument("--checkpoint", type=Path, help="time the Gaussians of this checkpoint instead")
+    parser.add_argument("--config", type=Path, default=REPO / "configs" / "demo.yaml", help="the scene's preset")
+    parser.add_argument("--data", type=Path, help="the preset's data.path, when it has none")
     parser.add_argument("--cpu-time", action="store_true", help="least thread CPU time of the repeats instead")
     args = parser.parse_args()
     library = build.load_library(print)
     sets: List[str] = args.isa or list(library.instruction_sets)
-    timers = stage_timers(args.gaussians, args.checkpoint)
+    timers = stage_timers(args.gaussians, args.checkpoint, args.config, args.data)
     measure = least_cpu_ms if args.cpu_time else median_ms
     scene = f"{args.checkpoint}" if args.checkpoint else f"{args.gaussians} Gaussians (random init)"
-    print(f"torch {torch.__version__}, {loop_threads()} threads, demo scene 128x128, {scene}, "
+    print(f"torch {torch.__version__}, {loop_threads()} threads, {args.config.name} scene, {scene}, "
           f"{'least thread CPU time' if args.cpu_time else 'median wall time'} of {args.repeats}")
     print(f"{'stage':>24}" + "".join(f"{name:>10}" for name in sets) + "   (ms)")
     rows: Dict[str, List[float]] = {stage: [] for stage in timers}
