@@ -3,8 +3,9 @@
 The demo scene (data/demo, 128x128) with ``--gaussians`` random-init Gaussians, as
 ``splattrain fit --config configs/demo.yaml`` starts, or with the Gaussians of a checkpoint
 (``--checkpoint``, e.g. a finished demo run's ``ckpt/last.pt``), seen from the first training
-view. ``--config`` and ``--data`` time another preset's scene (its checkpoint's Gaussians). Each stage is timed alone (median of ``--repeats`` after one warm-up), as a training step
-runs it (RGB, no depth channel): SH colours, projection, tile binning, compositing forward,
+view. ``--config`` and ``--data`` time another preset's scene (its checkpoint's Gaussians).
+Each stage is timed alone (median of ``--repeats`` after one warm-up), as a training step runs
+it (RGB, no depth channel): SH colours, projection, tile binning, compositing forward,
 compositing forward + backward, the loss, and a whole step (render + loss + backward). The
 projection, SH and compositing kernels are built for several instruction sets; ``--isa`` picks
 which ones to time (default: every one this CPU runs).

@@ -9,10 +9,9 @@
 // Only the rows, lane groups and vector registers of a group the Gaussian's ellipse can reach at
 // the alpha threshold are visited, so the work follows the Gaussians' footprints, and exp(-sigma)
 // is mostly advanced from row to row by multiplications rather than evaluated per pixel (see
-// Group). The backward
-// pass walks each list back to front like gsplat's CUDA kernel, rebuilding transmittance by
-// division, and writes one gradient row per intersection; rows are summed per Gaussian in list
-// order afterwards, so results do not depend on the thread count.
+// Group). The backward pass walks each list back to front like gsplat's CUDA kernel, rebuilding
+// transmittance by division, and writes one gradient row per intersection; rows are summed per
+// Gaussian in list order afterwards, so results do not depend on the thread count.
 
 #include <atomic>
 #include <cmath>
