@@ -44,29 +44,32 @@ class CpuRenderer(Renderer):
     ) -> RenderResult:
         viewmats, Ks, width, height = stack_cameras(cameras)
         wanted = Wanted.of(depth, self.extra_outputs)
+        scales = model.scales  # one exp a render, shared by the projection and the normals
         if not viewmats.requires_grad:
-            proj, features = self._project(model, model.means, model.quats, viewmats, Ks, width, height, sh_degree)
+            proj, features = self._project(model, model.means, model.quats, scales, viewmats, Ks, width, height,
+                                           sh_degree)
             return self._composite(proj, features, width, height, background, wanted,
-                                   (model.means, model.quats, model.scales, viewmats), (proj.means2d, 0))
+                                   (model.means, model.quats, scales, viewmats), (proj.means2d, 0))
         # Learned camera poses: each camera sees the Gaussians moved by its (zero-valued) motion.
         projected = []
         for k in range(viewmats.shape[0]):
             means, quats, colour_means = moved_gaussians(model.means, model.quats, viewmats[k])
-            projected.append(self._project(model, means, quats, viewmats[k:k + 1].detach(), Ks[k:k + 1], width, height,
-                                           sh_degree, colour_means))
+            projected.append(self._project(model, means, quats, scales, viewmats[k:k + 1].detach(), Ks[k:k + 1], width,
+                                           height, sh_degree, colour_means))
         # One [C,N,2] means2d on the path to the images, so densification reads its gradient.
         means2d = torch.cat([proj.means2d for proj, _ in projected])
         results = [self._composite(replace(proj, means2d=means2d[k:k + 1]), features, width, height, background, wanted,
-                                   (model.means, model.quats, model.scales, viewmats[k:k + 1]), (means2d, k))
+                                   (model.means, model.quats, scales, viewmats[k:k + 1]), (means2d, k))
                    for k, (proj, features) in enumerate(projected)]
         merged = merge_results(results)
         merged.info["means2d"] = means2d
         return merged
 
-    def _project(self, model: GaussianModel, means: Tensor, quats: Tensor, viewmats: Tensor, Ks: Tensor, width: int,
-                 height: int, sh_degree: int, colour_means: Optional[Tensor] = None) -> Tuple[Projection, Tensor]:
+    def _project(self, model: GaussianModel, means: Tensor, quats: Tensor, scales: Tensor, viewmats: Tensor,
+                 Ks: Tensor, width: int, height: int, sh_degree: int,
+                 colour_means: Optional[Tensor] = None) -> Tuple[Projection, Tensor]:
         proj = project(
-            means, quats, model.scales, model.opacities, viewmats, Ks, width, height,
+            means, quats, scales, model.opacities, viewmats, Ks, width, height,
             near_plane=self.near_plane, far_plane=self.far_plane, eps2d=self.eps2d,
             antialiased=self.rasterize_mode == "antialiased",
         )
