@@ -33,12 +33,13 @@ def render_torch(renderer: Renderer, model: GaussianModel, viewmats: Tensor, Ks:
     C = viewmats.shape[0]
     features = sh_colors(model, viewmats, sh_degree)  # [C, N, 3], then the extra channels
     backgrounds = background.expand(C, 3)
-    extra, reference = extra_features(wanted, model.means, model.quats, model.scales, viewmats)
+    scales = model.scales  # one exp a render, shared by the rasterizer and the normals
+    extra, reference = extra_features(wanted, model.means, model.quats, scales, viewmats)
     if extra is not None:
         features = torch.cat([features, extra], dim=-1)
         backgrounds = torch.cat([backgrounds, background.new_zeros(C, extra.shape[-1])], dim=-1)
     render, alpha, info = rasterize(
-        model.means, model.quats, model.scales, model.opacities, features, viewmats, Ks, width, height,
+        model.means, model.quats, scales, model.opacities, features, viewmats, Ks, width, height,
         near_plane=renderer.near_plane, far_plane=renderer.far_plane, eps2d=renderer.eps2d,
         tile_size=renderer.tile_size, rasterize_mode=renderer.rasterize_mode, backgrounds=backgrounds,
         absgrad=renderer.absgrad, median_channel=3 if wanted.median else None,
