@@ -1,5 +1,5 @@
-"""The initial scales' nearest-neighbour distances: the k-d tree and the direct path (compiled and
-PyTorch) against brute force, and the two direct paths bit for bit."""
+"""The initial scales' nearest-neighbour distances: the compiled k-d tree, scipy's and the PyTorch
+comparison against brute force, and the compiled tree against the PyTorch comparison bit for bit."""
 
 from __future__ import annotations
 
@@ -23,15 +23,15 @@ def brute_force(points: torch.Tensor, k: int) -> torch.Tensor:
     return nearest.mean(dim=1).sqrt()
 
 
-@pytest.fixture(params=["direct", "direct-torch", "tree"])
+@pytest.fixture(params=["compiled", "direct-torch", "scipy"])
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test runs once through each path (the tree: no set is small enough for the direct one;
-    direct-torch: as without the compiled library)."""
-    monkeypatch.setattr(neighbours, "DIRECT_MAX", 0 if request.param == "tree" else 10**9)
-    if request.param == "direct":
+    """Every test runs once through each path (direct-torch and scipy: as without the compiled
+    library, for a small set and for one too large to compare directly)."""
+    if request.param == "compiled":
         load_library()
-    if request.param == "direct-torch":
+    else:
         monkeypatch.setattr(neighbours, "cached_library", lambda: None)
+        monkeypatch.setattr(neighbours, "DIRECT_MAX", 0 if request.param == "scipy" else 10**9)
     return request.param
 
 
@@ -67,12 +67,17 @@ def test_a_stop_signal_is_acted_on_between_chunks(monkeypatch: pytest.MonkeyPatc
         interrupts.restore()
 
 
-def test_a_few_thousand_points_never_load_scipy() -> None:
-    """The demo's 5,000 starting points take the direct path: scipy's import is start-up time."""
-    code = ("import sys, torch; from splattrain.model.neighbours import mean_knn_distance; "
-            "mean_knn_distance(torch.rand(5000, 3)); print('scipy.spatial' in sys.modules)")
+def test_with_the_library_scipy_is_never_loaded() -> None:
+    """Twenty thousand points (past the direct comparison's reach) take the compiled tree: scipy's
+    import is start-up time. Without the library, a few thousand points are compared directly."""
+    code = ("import sys, torch; from splattrain.kernels.build import load_library; "
+            "from splattrain.model import neighbours; "
+            "neighbours.cached_library = lambda: None; neighbours.mean_knn_distance(torch.rand(5000, 3)); "
+            "print('scipy.spatial' in sys.modules); "
+            "neighbours.cached_library = load_library; neighbours.mean_knn_distance(torch.rand(20000, 3)); "
+            "print('scipy.spatial' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "False"
+    assert done.stdout.split() == ["False", "False"]
 
 
 def test_the_memory_estimate_follows_the_path() -> None:
@@ -82,23 +87,46 @@ def test_the_memory_estimate_follows_the_path() -> None:
     assert knn_memory_bytes(1_000_000) < 100 * 2**20
 
 
+def surface_points(n: int, seed: int) -> torch.Tensor:
+    """Points as a sparse model has them: on a surface (a sphere's), with duplicates and a few far
+    outliers."""
+    generator = torch.Generator().manual_seed(seed)
+    points = torch.nn.functional.normalize(torch.randn(n, 3, generator=generator, dtype=torch.float64), dim=1)
+    points[: n // 100] *= 1 + 50 * torch.rand(n // 100, 1, generator=generator, dtype=torch.float64)
+    points[10:13] = points[13]  # duplicates: each other's neighbours at distance 0
+    return points
+
+
 @pytest.mark.parametrize("n, k", [(5000, 3), (1001, 3), (300, 2), (40, 1)])
-def test_the_compiled_direct_path_gives_the_pytorch_values_bit_for_bit(n: int, k: int) -> None:
-    """The compiled library replaces the PyTorch comparison when it is at hand; the starting
-    scales (and so every run) must not change with it."""
+def test_the_compiled_tree_gives_the_pytorch_values_bit_for_bit(n: int, k: int) -> None:
+    """The compiled tree replaces the PyTorch comparison when the library is at hand; the demo's
+    starting scales (and so its runs) must not change with it."""
     generator = torch.Generator().manual_seed(n)
     points = (torch.rand(n, 3, generator=generator) * 2.6 - 1.3).double()
     points[10:13] = points[13]  # duplicates: each other's neighbours at distance 0
-    handle = load_library().handle
-    compiled = neighbours._direct_compiled(handle, points, k)
+    compiled = neighbours._tree_compiled(load_library().handle, points, k)
     assert (compiled == neighbours._direct_torch(points, k)).all()
+
+
+def test_the_compiled_tree_on_a_surface_with_outliers() -> None:
+    """Points as a sparse model has them: on a surface (a sphere's), with duplicates, one point
+    repeated fifty times and far outliers. The tree finds every point's true nearest distances
+    (PyTorch's vectorised roots differ from the correctly rounded ones in the last bit at most)."""
+    generator = torch.Generator().manual_seed(0)
+    points = torch.nn.functional.normalize(torch.randn(12000, 3, generator=generator, dtype=torch.float64), dim=1)
+    points[:120] *= 1 + 50 * torch.rand(120, 1, generator=generator, dtype=torch.float64)
+    points[200:250] = points[250]
+    compiled = neighbours._tree_compiled(load_library().handle, points, 3)
+    expected = neighbours._direct_torch(points, 3)
+    assert compiled[200] == 0.0 and (compiled[200:251] == 0.0).all()
+    torch.testing.assert_close(torch.from_numpy(compiled), torch.from_numpy(expected), rtol=1e-15, atol=0)
 
 
 def test_more_neighbours_than_the_kernel_averages_take_the_pytorch_path(monkeypatch: pytest.MonkeyPatch) -> None:
     load_library()
-    compiled = neighbours._direct_compiled
+    compiled = neighbours._tree_compiled
     called = []
-    monkeypatch.setattr(neighbours, "_direct_compiled", lambda *args: called.append(args) or compiled(*args))
+    monkeypatch.setattr(neighbours, "_tree_compiled", lambda *args: called.append(args) or compiled(*args))
     points = torch.rand(100, 3, generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(mean_knn_distance(points, k=4).double(), brute_force(points, 4), rtol=1e-5, atol=1e-7)
     assert called == []

@@ -189,7 +189,9 @@ def _declare(handle: ctypes.CDLL) -> None:
     noise.argtypes, noise.restype = [ptr] * 5 + [i64, ctypes.c_float, i32], None
     adam = handle.splat_adam_step_f32
     adam.argtypes, adam.restype = [ptr] * 7 + [i32, ptr, i32], None
-    handle.splat_knn_mean_f64.argtypes, handle.splat_knn_mean_f64.restype = [ptr, i64, i64, i64, i32, ptr, i32], i32
+    handle.splat_knn_tree_build_f64.argtypes, handle.splat_knn_tree_build_f64.restype = [ptr, i64, ptr, ptr], None
+    knn = handle.splat_knn_tree_mean_f64
+    knn.argtypes, knn.restype = [ptr, i64, ptr, ptr, i64, i64, i32, ptr, i32], i32
     handle.splat_widest_isa.argtypes, handle.splat_widest_isa.restype = [], i32
     handle.splat_use_isa.argtypes, handle.splat_use_isa.restype = [i32], i32
 

@@ -1,13 +1,15 @@
-"""Nearest-neighbour distances of the initial points: scipy's k-d tree (O(N log N)), or for a few
-thousand points a direct comparison (in the compiled library when it is at hand: tens of
-milliseconds at 5,000 points, against 0.15 s in PyTorch, with the same float64 results).
+"""Nearest-neighbour distances of the initial points: a k-d tree in the compiled library when it
+is at hand (O(N log N): about 20 ms for the 9,262 points of a small COLMAP capture), else scipy's
+k-d tree, or for a few thousand points a direct comparison in PyTorch. The three give the same
+distances; the compiled tree and the PyTorch comparison the same float64 values.
 
 The initial scale of every Gaussian is the distance to its nearest neighbours. A brute-force
 comparison of every point with every point takes minutes at 200k points and hours at a
 million; a k-d tree answers a million points in seconds. Loading scipy's tree costs 0.3-0.6 s
 of start-up on a small machine, though, which is more than comparing a few thousand points
-directly (0.15 s at 5,000), so small sets take the direct path. Both work in blocks so that a
-stop signal is acted on between them.
+directly (0.15 s at 5,000), so without the library small sets take the direct path, and with it
+scipy is not loaded at all. Every path works in blocks so that a stop signal is acted on between
+them.
 """
 
 from __future__ import annotations
@@ -24,15 +26,15 @@ QUERY_CHUNK = 131_072
 """Points queried from the tree between two checks for a stop signal."""
 
 DIRECT_MAX = 8192
-"""Up to this many points the distances are compared directly, without loading scipy."""
+"""Without the compiled library, up to this many points are compared directly, without loading scipy."""
 
 DIRECT_BLOCK = 1024
 """Rows of the distance block the direct path computes at once."""
 
 KERNEL_MAX_K = 3
-"""The most neighbours the compiled direct path averages per point (more: the PyTorch path). Up to
-three, PyTorch's mean adds the squares one after another, as the library does; over more it adds
-them in vector lanes, in another order."""
+"""The most neighbours the compiled tree averages per point (more: the other paths). Up to three,
+PyTorch's mean adds the squares one after another, as the library does; over more it adds them in
+vector lanes, in another order."""
 
 
 def mean_knn_distance(points: Tensor, k: int = 3) -> Tensor:
@@ -46,7 +48,11 @@ def mean_knn_distance(points: Tensor, k: int = 3) -> Tensor:
         return torch.ones(n, dtype=points.dtype, device=points.device)
     k = min(k, n - 1)
     coords = points.detach().to("cpu", torch.float64)
-    out = _direct(coords, k) if n <= DIRECT_MAX else _tree(coords.numpy(), k)
+    library = cached_library()  # compiled already (the cpu renderer uses it): never built for this alone
+    if library is not None and k <= KERNEL_MAX_K:
+        out = _tree_compiled(library.handle, coords, k)
+    else:
+        out = _direct_torch(coords, k) if n <= DIRECT_MAX else _tree(coords.numpy(), k)
     return torch.from_numpy(out).to(device=points.device, dtype=points.dtype)
 
 
@@ -58,30 +64,23 @@ def knn_memory_bytes(count: int, k: int = 3) -> int:
     return count * 64 + answers  # the coordinates and the tree: about 64 bytes a point
 
 
-def _direct(coords: Tensor, k: int) -> np.ndarray:
-    library = cached_library()  # compiled already (the cpu renderer uses it): never built for this alone
-    if library is not None and k <= KERNEL_MAX_K:
-        return _direct_compiled(library.handle, coords, k)
-    return _direct_torch(coords, k)
-
-
-def _direct_compiled(handle, coords: Tensor, k: int) -> np.ndarray:
-    """:func:`_direct_torch` in the compiled library, in blocks of queries (stop signals between them)."""
+def _tree_compiled(handle, coords: Tensor, k: int) -> np.ndarray:
+    """:func:`_direct_torch`'s values through the compiled k-d tree, in blocks of queries (stop
+    signals between them)."""
     points = np.ascontiguousarray(coords.numpy())
-    out = np.empty(points.shape[0], dtype=np.float64)
-    for start in range(0, points.shape[0], DIRECT_BLOCK * 4):
+    n = points.shape[0]
+    perm = np.empty(n, dtype=np.int64)
+    axis = np.empty(n, dtype=np.int8)
+    handle.splat_knn_tree_build_f64(points.ctypes.data, n, perm.ctypes.data, axis.ctypes.data)
+    out = np.empty(n, dtype=np.float64)
+    for start in range(0, n, QUERY_CHUNK):
         interrupts.check()
-        stop = min(points.shape[0], start + DIRECT_BLOCK * 4)
-        _knn_block(handle, points, start, stop, k, out)
+        view = out[start : start + QUERY_CHUNK]
+        status = handle.splat_knn_tree_mean_f64(points.ctypes.data, n, perm.ctypes.data, axis.ctypes.data, start,
+                                                view.shape[0], k, view.ctypes.data, loop_threads())
+        if status != 0:
+            raise ValueError(f"nearest neighbours: k={k} out of range for {n} points")
     return torch.from_numpy(out).sqrt().numpy()  # torch's root, as the PyTorch path takes it
-
-
-def _knn_block(handle, points: np.ndarray, start: int, stop: int, k: int, out: np.ndarray) -> None:
-    view = out[start:stop]
-    status = handle.splat_knn_mean_f64(points.ctypes.data, points.shape[0], start, stop - start, k,
-                                       view.ctypes.data, loop_threads())
-    if status != 0:
-        raise ValueError(f"nearest neighbours: k={k} out of range for {points.shape[0]} points")
 
 
 def _direct_torch(coords: Tensor, k: int) -> np.ndarray:
