@@ -3,7 +3,8 @@
 // each distance as torch.cdist computes it without matrix products (the squared differences summed
 // in x, y, z order, then the square root), and the mean of the k smallest distances squared, summed
 // in ascending order; the caller takes its root with torch.sqrt (whose vectorised float64 root is
-// not always the correctly rounded one), so both paths give the same float64 values. The tree only
+// not always the correctly rounded one), so both paths give the same float64 values, except where
+// torch.cdist's own vectorised roots round differently (the last bit, far from the origin). The tree only
 // skips points that cannot be among the k nearest, so it finds the same distances as comparing
 // every point with every other, in O(N log N) instead of O(N^2).
 //
