@@ -36,6 +36,8 @@ constexpr int kPrefetch = 4;
 // Pixels of a tile row a Gaussian is composited over at once (one AVX-512 register of floats,
 // two AVX2 ones, four baseline ones).
 constexpr int kLanes = 16;
+// A pixel's stop entry while it still takes colour (outside pixels: -1).
+constexpr int32_t kNeverStopped = INT32_MAX;
 
 // exp(x) for x clamped to [-87, 87]: Cephes' single-precision polynomial, about 1 ulp, written so
 // that loops calling it vectorise.
@@ -196,21 +198,29 @@ struct Group {
     int lo, hi;  // the lanes the Gaussian can reach (the others cannot pass the alpha threshold)
     bool stepping;
 
-    // False when the Gaussian reaches no column of the group.
+    // False when the Gaussian reaches no column of the group. Fills the lanes of the kWidth-lane
+    // registers that hold lanes lo..hi (the others are never read); dx, adx and half_dx2 only for
+    // the backward pass.
+    template <int kWidth, bool kBackward>
     [[gnu::always_inline]] bool set(const Splat<S>& g, const Tile<S>& t, int group) {
         first = group * kLanes;
         lo = std::max(g.c0, first) - first;
         hi = std::min(g.c1, first + kLanes - 1) - first;
         if (lo > hi) return false;
         const S x_first = static_cast<S>(t.x0 + first) + S(0.5);
+        const int from = lo - lo % kWidth;
+        for (int part = from; part <= hi; part += kWidth) {
 #pragma omp simd
-        for (int l = 0; l < kLanes; ++l) {
-            const S d = g.mx - (x_first + static_cast<S>(l));
-            dx[l] = d;
-            adx[l] = g.a * d;
-            half_dx2[l] = S(0.5) * d * d;
-            ax[l] = g.a * half_dx2[l];
-            bx[l] = g.b * d;
+            for (int l = part; l < part + kWidth; ++l) {
+                const S d = g.mx - (x_first + static_cast<S>(l)), half_d2 = S(0.5) * d * d;
+                if constexpr (kBackward) {
+                    dx[l] = d;
+                    adx[l] = g.a * d;
+                    half_dx2[l] = half_d2;
+                }
+                ax[l] = g.a * half_d2;
+                bx[l] = g.b * d;
+            }
         }
         const double dy0 = static_cast<double>(g.my) - (t.y0 + g.r0 + 0.5), dy1 = dy0 - (g.r1 - g.r0);
         const double dx_lo = static_cast<double>(g.mx) - (t.x0 + first + lo + 0.5);
@@ -222,11 +232,13 @@ struct Group {
                             std::max(sigma(dx_lo, dy1), sigma(dx_hi, dy1))) <= kStepSigmaMax;
         if (!stepping) return true;
         const S dy = static_cast<S>(dy0), cy = S(0.5) * g.c * dy * dy, slope = g.c * dy - S(0.5) * g.c;
+        for (int part = from; part <= hi; part += kWidth) {
 #pragma omp simd
-        for (int l = 0; l < kLanes; ++l) {
-            const S in = static_cast<S>((l >= lo) & (l <= hi));
-            vis[l] = in * exp_clamped(-(ax[l] + bx[l] * dy + cy));
-            step[l] = in * exp_clamped(bx[l] + slope);
+            for (int l = part; l < part + kWidth; ++l) {
+                const S in = static_cast<S>((l >= lo) & (l <= hi));
+                vis[l] = in * exp_clamped(-(ax[l] + bx[l] * dy + cy));
+                step[l] = in * exp_clamped(bx[l] + slope);
+            }
         }
         decay = g.decay;
         return true;
@@ -269,8 +281,7 @@ template <typename S>
 struct ForwardPixels {
     S* __restrict trans;
     S* __restrict color;  // D planes of n pixels
-    int32_t* __restrict last;
-    int32_t* __restrict done;
+    int32_t* __restrict stop;  // the list entry where the pixel reached the transmittance floor, or kNeverStopped
     S* __restrict median;  // channel median_channel of the last contributor with transmittance > 0.5 in front, or null
     int median_channel;
     size_t n;
@@ -283,7 +294,7 @@ struct BackwardPixels {
     S* __restrict v_trans;
     S* __restrict v_color;  // D planes of n pixels
     S* __restrict behind;   // D planes: colour composited behind the current Gaussian
-    int32_t* __restrict last;
+    int32_t* __restrict last;  // no entry after it reaches the pixel (at or after its last contributor)
     size_t n;
 };
 
