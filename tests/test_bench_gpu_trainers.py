@@ -93,7 +93,7 @@ def test_both_trainers_get_the_same_scene_steps_and_schedule(bench, scene, tmp_p
     preset = load_config(REPO / "configs" / "colmap.yaml", [f"data.path={scene}", "data.downscale=1",
                                                              f"trainer.max_steps={steps}"])
     # the preset's scaled schedule: 7000-step settings times 2000/7000
-    assert schedule == {"refine_start_iter": 143, "refine_stop_iter": 1714, "refine_every": 100,
+    assert schedule == {"refine_start_iter": 143, "refine_stop_iter": 1143, "refine_every": 100,
                         "reset_every": 2000, "sh_degree_interval": 0}
     assert schedule["refine_start_iter"] == preset.strategy.refine_start_iter
     for strategy in ("default", "mcmc"):
@@ -104,7 +104,7 @@ def test_both_trainers_get_the_same_scene_steps_and_schedule(bench, scene, tmp_p
         assert flags["--data_dir"] == str(scene) and flags["--data_factor"] == "1" and flags["--test_every"] == "8"
         assert flags["--max_steps"] == flags["--eval_steps"] == flags["--save_steps"] == str(steps)
         assert "--disable_viewer" in command and "--disable_video" in command
-        assert flags["--strategy.refine-start-iter"] == "143" and flags["--strategy.refine-stop-iter"] == "1714"
+        assert flags["--strategy.refine-start-iter"] == "143" and flags["--strategy.refine-stop-iter"] == "1143"
         assert flags["--sh_degree_interval"] == "1"  # gsplat divides by it: 1 is its "from the start"
         assert ("--strategy.reset-every" in flags) == (strategy == "default")
         assert ("--strategy.cap-max" in flags) == (strategy == "mcmc")
@@ -115,7 +115,7 @@ def test_both_trainers_get_the_same_scene_steps_and_schedule(bench, scene, tmp_p
         assert cfg.renderer.type == "gsplat" and cfg.data.downscale == 1 and cfg.trainer.max_steps == steps
         assert cfg.model.sh_degree_interval == 0
         assert cfg.strategy.type == strategy
-        assert cfg.strategy.refine_start_iter == 143 and cfg.strategy.refine_stop_iter == 1714
+        assert cfg.strategy.refine_start_iter == 143 and cfg.strategy.refine_stop_iter == 1143
         if strategy == "mcmc":
             assert cfg.strategy.max_gaussians == 300_000  # the preset's reset_every stays, ignored by mcmc
             assert cfg.model.init.opacity == 0.5 and cfg.model.init.scale_factor == 0.1

@@ -53,7 +53,7 @@ def test_a_setting_given_on_the_command_line_is_never_scaled() -> None:
     assert list(load_config(DEMO, ["trainer.max_steps=400", hooks]).custom_hooks[0].steps) == [300]
     plain = load_run_config(REPO / "configs" / "colmap.yaml", ["data.path=x", "trainer.schedule_steps=null",
                                                                "trainer.max_steps=500"])
-    assert plain.scaled == () and plain.cfg.strategy.refine_stop_iter == 6000  # no schedule_steps: nothing scaled
+    assert plain.scaled == () and plain.cfg.strategy.refine_stop_iter == 4000  # no schedule_steps: nothing scaled
 
 
 def test_the_scaled_settings_are_shown_and_an_explicit_interval_validates_once(tmp_path: Path) -> None:
