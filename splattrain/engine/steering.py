@@ -72,10 +72,6 @@ class SteeringCalls:
         """Call ``listener(sources, params)`` whenever the strategy changes the rows."""
         self.strategy.add_reindex_listener(listener)
 
-    def set_train_resolution(self, factor: float) -> None:
-        """Train on the views shrunk by ``factor`` from the next step on."""
-        self.data.set_train_downscale(factor)
-
     def learning_rates(self) -> Dict[str, float]:
         """The current learning rate of each parameter group."""
         return {name: optimizer.param_groups[0]["lr"] for name, optimizer in self.optimizers.items()}

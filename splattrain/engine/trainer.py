@@ -15,7 +15,7 @@ from .. import interrupts
 from ..config import config_to_yaml
 from ..console import Console
 from ..distributed import DistContext, RankConsole
-from ..errors import ConfigError, UserError
+from ..errors import UserError
 from ..hooks.base import Hook
 from ..hooks.dispatch import HookDispatcher
 from ..hooks.trainer_api import StepOutputs
@@ -77,10 +77,6 @@ class DefaultTrainer(SteeringCalls):
         self.hooks = HookDispatcher(timing=cfg.trainer.hook_timing)
         for hook in build_hooks(cfg):
             self.register_hook(hook)
-        resizing = [type(h).__name__ for h in self.hooks.hooks if h.sets_train_resolution]
-        if self.resolution is not None and resizing:
-            raise ConfigError(f"trainer.resolution and {resizing[0]} both set the training resolution; "
-                              "keep one (trainer.resolution.schedule=null, or drop the hook)")
         needs = self.hooks.required_metrics()
         if needs:  # a metric a hook cannot do without is had now (weights fetched), or the run is refused
             self.evaluator = self._evaluator(needs)

@@ -12,7 +12,6 @@ from .invalid_loss import CheckInvalidLossHook, InvalidLossError
 from .iter_timer import IterTimerHook
 from .log_hook import LogHook
 from .memory_budget import MemoryBudgetHook
-from .resolution import ResolutionScheduleHook
 from . import specs  # noqa: F401  (how hook sections are checked)
 from .resources import EmptyCacheHook, ProfilerHook
 from .trainer_api import RunSchedule, StepOutputs, Trainer
@@ -36,7 +35,6 @@ __all__ = [
     "EmptyCacheHook",
     "MemoryBudgetHook",
     "ProfilerHook",
-    "ResolutionScheduleHook",
     "RunSchedule",
     "ViewerHook",
     "Priority",

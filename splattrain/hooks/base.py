@@ -76,9 +76,6 @@ class Hook:
     #: True when the hook's ``after_backward`` decides only from what every rank shares (the
     #: averaged losses and gradients, agreed readings): ranks then need no extra agreement per step
     rank_consistent: bool = False
-    #: True when the hook changes the training images' size (``set_train_resolution``): such a hook
-    #: is refused beside ``trainer.resolution.schedule``, which the engine follows itself
-    sets_train_resolution: bool = False
 
     def __init__(self, priority: Union[int, str, None] = None) -> None:
         if priority is not None:

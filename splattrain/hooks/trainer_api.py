@@ -185,10 +185,6 @@ class Trainer(Protocol):
     def on_gaussians_moved(self, listener: GaussiansMoved) -> None:
         """Call ``listener(sources, params)`` whenever densification or a removal changes the rows."""
 
-    def set_train_resolution(self, factor: float) -> None:
-        """Train on the views shrunk by ``factor`` (1: as loaded) from the next step on; validation
-        keeps the loaded resolution."""
-
     def paused(self) -> AbstractContextManager[None]:
         """A context in which the run is paused: its time is left out of ``train_seconds`` and
         hooks hear ``on_pause(trainer, True)`` / ``(trainer, False)``."""
