@@ -125,7 +125,7 @@ def _check_transform(refuse: _Refuse, entry: str, value: Any) -> None:
 
 
 def check_resume(checkpoint: Any, path: str | Path, trainer: Trainer) -> None:
-    """Check the rest of what :func:`~splattrain.engine.checkpointing.restore_checkpoint` loads into
+    """Check the rest of what :func:`~splattrain.engine.checkpointing.restore` loads into
     ``trainer``, in a checkpoint that passed :func:`check_scene`."""
     path = Path(path)
     refuse = _Refuse(path)

@@ -98,7 +98,8 @@ class Hook:
 
     # -- points ---------------------------------------------------------------------
     def before_run(self, trainer: Trainer) -> None:
-        """Once, after everything is built and before any checkpoint is loaded."""
+        """Once, after everything is built and, when resuming, after the checkpoint is restored (the
+        model, optimizers and hook states hold it); :meth:`after_load_checkpoint` follows."""
 
     def after_load_checkpoint(self, trainer: Trainer, checkpoint: Dict[str, Any]) -> None:
         """After a checkpoint was loaded for resuming; ``checkpoint`` is the loaded dict."""
