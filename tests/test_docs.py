@@ -34,6 +34,7 @@ import pytest
 import yaml
 from omegaconf import MISSING
 
+import doc_names
 from conftest import REPO
 from splattrain.config.schema import SplatConfig
 from splattrain.engine import load_config
@@ -428,3 +429,73 @@ def test_the_block_finder_reads_fences_and_markers():
     assert parse_value("`[1, 1, 1]` (white)") == [1, 1, 1] and parse_value("raise; or skip") == "raise"
     assert parse_value("(required)") is REQUIRED and parse_value("null (all groups)") is None
     assert parse_value("1e10") == 1e10 and parse_value("`auto`") == "auto"
+
+
+# -- names the docs cite must exist (tests/doc_names.py) ----------------------------------------
+def test_docs_cite_module_files_that_exist():
+    problems = [p for doc in DOCS for p in doc_names.missing_paths(doc.read_text(), doc.name)]
+    assert not problems, "\n".join(problems)
+
+
+def test_a_doc_citing_a_module_file_that_is_gone_fails():
+    text = "Rank agreement (`engine/requests.py`, `agreement.py`) and `splattrain/foo.py`; gsplat's `simple_trainer.py`.\n"
+    problems = doc_names.missing_paths(text, "fake.md")
+    assert len(problems) == 2 and "`agreement.py`" in problems[0] and "`splattrain/foo.py`" in problems[1], problems
+
+
+def test_the_architecture_page_lists_the_layers_of_pyproject():
+    documented = doc_names.documented_layers((REPO / "docs" / "architecture.md").read_text())
+    assert documented == doc_names.pyproject_layers((REPO / "pyproject.toml").read_text())
+
+
+def test_a_layer_table_that_differs_from_pyproject_fails():
+    pyproject = 'layers = [\n    "splattrain.cli",\n    "splattrain.model",\n    "splattrain.kernels",\n]\n'
+    page = ("## The layers, top to bottom\n\n| line | owns |\n| --- | --- |\n| `cli` | the command line |\n"
+            "| `model \\| kernels` | the model; the compiled kernels |\n\nWhy.\n")
+    assert doc_names.pyproject_layers(pyproject) == ["cli", "model", "kernels"]
+    assert doc_names.documented_layers(page) == ["cli", "model | kernels"]
+    fixed = page.replace("| `model \\| kernels` | the model; the compiled kernels |",
+                         "| `model` | the model |\n| `kernels` | the compiled kernels |")
+    assert doc_names.documented_layers(fixed) == doc_names.pyproject_layers(pyproject)
+
+
+def test_docs_cite_functions_that_exist():
+    problems = [p for doc in DOCS for p in doc_names.unresolved_doc_names(doc.read_text(), doc.name, CONFIG_KEYS)]
+    assert not problems, "\n".join(problems)
+
+
+def test_docstrings_cite_functions_that_exist():
+    problems = []
+    for path in sorted((REPO / "splattrain").rglob("*.py")):
+        if path.name == "__main__.py":  # importing it runs the command line
+            continue
+        relative = path.relative_to(REPO)
+        module = ".".join(relative.with_suffix("").parts).removesuffix(".__init__")
+        problems += doc_names.unresolved_docstring_names(module, path.read_text(), str(relative))
+    assert not problems, "\n".join(problems)
+
+
+def test_a_cited_function_that_is_gone_fails():
+    text = ("`splattrain.engine.load_config` and `checkpointing.restore` exist; `checkpointing.restore_checkpoint` "
+            "and `splattrain.engine.checkpointing.read_checkpont` do not; `trainer.max_steps` is a config key.\n")
+    problems = doc_names.unresolved_doc_names(text, "fake.md", CONFIG_KEYS)
+    assert len(problems) == 2 and "restore_checkpoint" in problems[0] and "read_checkpont" in problems[1], problems
+    source = ('"""What :func:`~splattrain.engine.checkpointing.restore_checkpoint` loads; '
+              ':func:`~splattrain.engine.checkpointing.restore` and :meth:`Path.exists`."""\nfrom pathlib import Path\n')
+    problems = doc_names.unresolved_docstring_names("splattrain.checkpoint_schema", source, "fake.py")
+    assert len(problems) == 1 and "restore_checkpoint" in problems[0], problems
+
+
+def test_docs_run_only_programs_a_user_has():
+    problems = [p for doc in DOCS for p in doc_names.unknown_programs(doc.read_text(), doc.name)]
+    assert not problems, "\n".join(problems)
+
+
+def test_a_doc_running_a_program_nobody_ships_fails():
+    text = ("Measure it:\n\n    python benchmarks/bench_demo.py\n    farm-bench -n 3 --vs OTHER -- splattrain fit\n"
+            "    step 200/200  130.9 it/s\n\n```bash\nOMP_NUM_THREADS=1 python benchmarks/bench_cpu_stages.py --isa avx2\n"
+            "cd benchmarks && timeit-pro run --runs 3\n```\n\nor `fit --dry-run`, `bench_startup.py --runs 3`, "
+            "`hyperfine -w 1 'splattrain --help'`.\n")
+    problems = doc_names.unknown_programs(text, "fake.md")
+    assert [p.split("runs `")[-1].split("`")[0] for p in problems] == ["farm-bench", "timeit-pro", "hyperfine"], problems
+    assert problems[0].startswith("fake.md:4:")
