@@ -117,16 +117,35 @@ def test_auto_keeps_the_compiled_backend_for_absgrad(library):  # noqa: F811
     assert not any("PyTorch renderer" in m for m in messages)
 
 
+def _counts(tmp_path, kind: str, absgrad: bool, run: str = "") -> List[int]:
+    """The Gaussian count after each of 4 steps refining every 2nd step, with ``renderer.type=kind``."""
+    overrides = [f"strategy.absgrad={str(absgrad).lower()}", "strategy.refine_start_iter=1", "strategy.refine_every=2",
+                 f"renderer.type={kind}"]
+    counter = CountAfterStep()
+    trainer = make_trainer(tmp_path, f"{kind}-{absgrad}{run}", steps=4, overrides=overrides, hooks=[counter])
+    assert isinstance(trainer.renderer, CpuRenderer if kind == "auto" else TorchRenderer)
+    trainer.train()
+    return counter.counts
+
+
 def test_absgrad_densification_trains_with_the_compiled_backend(tmp_path, library):  # noqa: F811
     """``renderer.type: auto`` with ``strategy.absgrad`` trains on the compiled backend, and its
-    refinements grow the same Gaussians as the PyTorch renderer's."""
-    overrides = ["strategy.absgrad=true", "strategy.refine_start_iter=1", "strategy.refine_every=2"]
-    counts = {}
-    for kind in ("auto", "torch"):
-        counter = CountAfterStep()
-        trainer = make_trainer(tmp_path, kind, steps=4, overrides=[*overrides, f"renderer.type={kind}"], hooks=[counter])
-        assert isinstance(trainer.renderer, CpuRenderer if kind == "auto" else TorchRenderer)
-        trainer.train()
-        counts[kind] = counter.counts
-    assert counts["auto"][-1] > counts["auto"][0]
-    assert counts["auto"] == counts["torch"]
+    refinements grow as the PyTorch renderer's do, on every instruction set of this CPU.
+
+    A refinement compares each Gaussian's accumulated gradient with a threshold, and the
+    backends' sums differ in the last bits (more so between vector widths), so a Gaussian right
+    at the threshold may go either way: the counts agree within 1% (at least one Gaussian), a
+    band far narrower than the growth absgrad itself makes."""
+    reference = _counts(tmp_path, "torch", absgrad=True)
+    without = _counts(tmp_path, "auto", absgrad=False)
+    tolerance = [max(1, round(0.01 * count)) for count in reference]
+    try:
+        for name in library.instruction_sets:
+            library.use_instruction_set(name)
+            ours = _counts(tmp_path, "auto", absgrad=True, run=name)
+            assert ours[-1] > ours[0], name
+            assert all(abs(a - b) <= t for a, b, t in zip(ours, reference, tolerance)), (name, ours, reference)
+    finally:
+        library.use_instruction_set(None)
+    # absgrad's sums exceed the plain gradients' norms: it grows well beyond the band above
+    assert reference[-1] - without[-1] > 10 * tolerance[-1], (reference, without)

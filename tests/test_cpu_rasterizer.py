@@ -420,6 +420,28 @@ def test_every_instruction_set_matches_the_torch_backend(library, channels: int)
         library.use_instruction_set("sse9")
 
 
+def test_the_environment_picks_the_instruction_set(library, monkeypatch):
+    """``SPLATTRAIN_ISA`` is the default a reset returns to: the same bits as picking that set,
+    so the whole suite can run each path on one machine; a set this CPU lacks is refused."""
+    scene = make_scene(25, n=200, width=30, height=26, n_cams=1)
+    try:
+        for name in library.instruction_sets:
+            library.use_instruction_set(name)
+            picked = run(cpu.rasterize, scene)
+            monkeypatch.setenv("SPLATTRAIN_ISA", name)
+            library.use_instruction_set(None)
+            by_default = run(cpu.rasterize, scene)
+            assert torch.equal(by_default.render, picked.render), name
+            for param in PARAM_NAMES:
+                assert torch.equal(by_default.grads[param], picked.grads[param]), (name, param)
+        monkeypatch.setenv("SPLATTRAIN_ISA", "sse9")
+        with pytest.raises(ValueError, match="sse9"):
+            library.use_instruction_set(None)
+    finally:
+        monkeypatch.delenv("SPLATTRAIN_ISA")
+        library.use_instruction_set(None)
+
+
 @pytest.mark.parametrize("channels", [3, 4])
 def test_fixed_backgrounds_are_composited_in_the_kernels(library, channels: int):
     """A background without a gradient (the trainer's) is blended in the compositing kernels

@@ -6,6 +6,8 @@ on threads of its own (``worker_pool.h``; how many: ``threads.loop_threads``). I
 ``$SPLATTRAIN_CACHE`` (default ``$XDG_CACHE_HOME/splattrain`` or ``~/.cache/splattrain``) in
 ``ext/``, named by a hash of the source, the flags and the platform, so later processes load
 it without compiling. The compiler is ``$CXX``, else the first of c++, g++, clang++ on PATH.
+``$SPLATTRAIN_ISA`` (``baseline``, ``avx2`` or ``avx512``) runs the vector kernels on that
+instruction set instead of the widest this CPU has (to test each path on one machine).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ HEADERS = tuple(Path(__file__).with_name(name) for name in (
 FLAGS = ("-std=c++17", "-O3", "-fno-math-errno", "-fno-trapping-math", "-fopenmp-simd", "-fPIC", "-shared", "-pthread")
 BUILD_TIMEOUT_S = 300
 INSTRUCTION_SETS = ("baseline", "avx2", "avx512")
+ISA_VARIABLE = "SPLATTRAIN_ISA"
 
 
 class BuildError(RuntimeError):
@@ -58,8 +61,10 @@ class Library:
         return INSTRUCTION_SETS[: self.handle.splat_widest_isa() + 1]
 
     def use_instruction_set(self, name: Optional[str]) -> None:
-        """Run the compositing kernels with ``name`` (one of :attr:`instruction_sets`), or with
-        the widest when None. ValueError for a set this CPU or build does not have."""
+        """Run the vector kernels with ``name`` (one of :attr:`instruction_sets`), or, when None,
+        with ``$SPLATTRAIN_ISA``'s or else the widest. ValueError for a set this CPU or build
+        does not have."""
+        name = name or os.environ.get(ISA_VARIABLE) or None
         if name is not None and name not in self.instruction_sets:
             raise ValueError(f"instruction set {name!r} is not available here; choose from {self.instruction_sets}")
         self.handle.splat_use_isa(-1 if name is None else INSTRUCTION_SETS.index(name))
@@ -209,7 +214,12 @@ def load_library(log: Optional[Callable[[str], None]] = None) -> Library:
         if _FAILED is not None:
             raise _FAILED
         try:
-            _LOADED = _load(log)
+            library = _load(log)
+            try:
+                library.use_instruction_set(None)
+            except ValueError as error:
+                raise BuildError(f"{ISA_VARIABLE}: {error}") from None
+            _LOADED = library
         except BuildError as error:
             _FAILED = error
             raise
