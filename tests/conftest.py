@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "data" / "demo"
+#: The scenes kept beside a checkout (``../shared``; ``$SPLATTRAIN_SHARED`` names another folder).
+#: A test that reads one skips with :func:`needs_shared` where the clone has none.
+SHARED = Path(os.environ.get("SPLATTRAIN_SHARED") or REPO.parent / "shared")
+
+
+def needs_shared(path: Path) -> pytest.MarkDecorator:
+    """Skip, naming ``path``, when that part of the shared folder is absent."""
+    return pytest.mark.skipif(not path.exists(), reason=f"{path.relative_to(SHARED.parent)} is absent from this clone's surroundings")
 
 
 def pytest_configure(config: pytest.Config) -> None:

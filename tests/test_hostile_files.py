@@ -20,7 +20,7 @@ import torch
 from PIL import Image
 
 from cli_check import assert_one_line_error, run_cli, write_config
-from conftest import DEMO, REPO
+from conftest import DEMO, REPO, SHARED, needs_shared
 from splattrain.data.images import read_image
 from splattrain.io.compressed_ply import encode_compressed_ply
 from splattrain.io.gaussians_file import read_gaussians_file
@@ -28,7 +28,7 @@ from splattrain.io.ply import write_ply
 from splattrain.io.spz import MAGIC, encode_spz
 from test_nerfstudio import make_nerfstudio
 
-CUP = REPO.parent / "shared" / "scenes" / "cup"
+CUP = SHARED / "scenes" / "cup"
 #: Address space for a child process: what the interpreter with torch reserves (about 650 MB)
 #: plus a few hundred MB; a file needing gigabytes must be refused before it gets there.
 ADDRESS_SPACE = 1200 << 20
@@ -239,6 +239,7 @@ def test_an_empty_scene_file_cannot_start_a_run(tmp_path, suffix):
 
 
 # -- COLMAP --------------------------------------------------------------------------------
+@needs_shared(CUP / "images")
 def test_colmap_points_count_is_checked_against_the_file_size(tmp_path):
     scene = tmp_path / "cup"
     (scene / "sparse" / "0").mkdir(parents=True)

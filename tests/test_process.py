@@ -19,9 +19,9 @@ import pytest
 from PIL import Image, ImageFilter
 
 from cli_check import assert_one_line_error, run_cli
-from conftest import REPO
+from conftest import REPO, SHARED
 
-CUP = REPO.parent / "shared" / "scenes" / "cup"
+CUP = SHARED / "scenes" / "cup"
 pytestmark = [pytest.mark.slow,  # COLMAP on real photos
               pytest.mark.skipif(not (CUP / "images").is_dir(), reason="the cup capture (../shared/scenes/cup) is absent")]
 
