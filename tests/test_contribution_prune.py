@@ -124,6 +124,17 @@ def test_without_steps_it_prunes_when_densification_ends_scaled_with_the_run(tmp
     assert trainer.cfg.custom_hooks[0].steps == [4, 8]
 
 
+def test_without_steps_it_reads_the_strategys_own_end_not_the_config(tmp_path):
+    """A strategy section that leaves refine_stop_iter at its default (15000 of a 30000-step
+    schedule) still says when densification ends: half way through the run."""
+    extra = "strategy:\n  type: default\ncustom_hooks:\n  - {type: ContributionPruneHook}\n"
+    trainer = make_trainer(tmp_path, "run", extra=extra, overrides=["trainer.schedule_steps=30000"])
+    trainer.train()
+    assert trainer.schedule.densification_ends == 6
+    hook = next(h for h in trainer.hooks.hooks if isinstance(h, ContributionPruneHook))
+    assert [entry[0] for entry in hook.pruned] == [6]
+
+
 def test_max_views_scores_on_evenly_spaced_views(tmp_path):
     extra = "custom_hooks:\n  - {type: ContributionPruneHook, steps: [5], max_views: 3}\n"
     messages = []

@@ -103,7 +103,8 @@ def build_components(cfg: DictConfig, dist: DistContext, background: torch.Tenso
     )
     return Components(
         data=data, data_type=data_type, scene_scale=scene_scale, model=model, renderer=renderer,
-        strategy=strategy, loss=loss, schedule=run_schedule(cfg, views, loss.needs_depth, scaled),
+        strategy=strategy, loss=loss,
+        schedule=run_schedule(cfg, views, loss.needs_depth, scaled, densification_end(strategy, max_steps)),
         optimizers=optimizers, schedulers=schedulers,
         strategy_state=strategy.initialize_state(scene_scale=scene_scale), view_opt=view_opt,
         resolution=build_schedule(cfg.trainer.resolution, max_steps, scene.train, list(cfg.data.background)),
@@ -142,7 +143,18 @@ class _LossContext:
     renderer: Renderer
 
 
-def run_schedule(cfg: DictConfig, views: int, loss_needs_depth: bool = False, scaled: Tuple[str, ...] = ()) -> RunSchedule:
+def densification_end(strategy: Strategy, max_steps: int) -> Optional[int]:
+    """The step at which ``strategy`` stops refining the scene: its ``refine_stop_iter`` when it
+    has one, else the step after its last scheduled refinement; None when it does not say."""
+    stop = getattr(strategy, "refine_stop_iter", None)
+    if isinstance(stop, int) and not isinstance(stop, bool):
+        return min(stop, max_steps)
+    refines = strategy.events(max_steps).get("refine")
+    return min(refines[-1] + 1, max_steps) if refines else None
+
+
+def run_schedule(cfg: DictConfig, views: int, loss_needs_depth: bool = False, scaled: Tuple[str, ...] = (),
+                 densification_ends: Optional[int] = None) -> RunSchedule:
     """The step settings of ``cfg`` (already scaled) every step reads, taken once (each OmegaConf
     lookup costs tens of microseconds)."""
     trainer, model = cfg.trainer, cfg.model
@@ -151,6 +163,7 @@ def run_schedule(cfg: DictConfig, views: int, loss_needs_depth: bool = False, sc
         val_interval=int(trainer.val_interval), val_begin=int(trainer.val_begin),
         sh_degree=int(model.sh_degree), sh_degree_interval=int(model.sh_degree_interval),
         render_depth=bool(trainer.render_depth) or loss_needs_depth, scaled=tuple(scaled),
+        densification_ends=densification_ends,
     )
 
 

@@ -15,6 +15,13 @@ from ..steps import Count, scale_count
 from .base import Hook, Priority
 
 
+def check_steps(steps: Any, what: str) -> None:
+    """Refuse ``steps`` unless null or a list of whole steps >= 1 (ConfigError: ``what`` names the option)."""
+    if steps is not None and (isinstance(steps, (str, bytes)) or not isinstance(steps, Sequence) or not all(
+            isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in steps)):
+        raise ConfigError(f"{what} must be a list of steps >= 1 or null, got {steps!r}")
+
+
 @HOOKS.register()
 class ContributionPruneHook(Hook):
     """Removes the Gaussians that paint least of the training images, when densification ends.
@@ -29,7 +36,8 @@ class ContributionPruneHook(Hook):
 
     Args:
         steps: the steps after which to prune; they follow the run's length like every step
-            setting. None: once, at the strategy's ``refine_stop_iter`` (when densification ends).
+            setting. None: once, when densification ends (``trainer.schedule.densification_ends``: the
+            strategy's ``refine_stop_iter``).
         fraction: the share of the Gaussians removed each time, in (0, 1).
         max_views: score on at most this many training views, evenly spaced (0: all of them).
     """
@@ -39,9 +47,7 @@ class ContributionPruneHook(Hook):
     def __init__(self, steps: Optional[Sequence[int]] = None, fraction: float = 0.5, max_views: Count = 0,
                  priority: Any = None) -> None:
         super().__init__(priority)
-        if steps is not None and (isinstance(steps, (str, bytes)) or not all(
-                isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in steps)):
-            raise ConfigError(f"ContributionPruneHook steps must be a list of steps >= 1 or null, got {steps!r}")
+        check_steps(steps, "ContributionPruneHook steps")
         if not (isinstance(fraction, (int, float)) and 0.0 < fraction < 1.0):
             raise ConfigError(f"ContributionPruneHook fraction must be in (0, 1), got {fraction!r}")
         if isinstance(max_views, bool) or not isinstance(max_views, int) or max_views < 0:
@@ -54,9 +60,10 @@ class ContributionPruneHook(Hook):
     def scale_steps(cls, options: Dict[str, Any], run: float, window: float, where: str) -> List[Tuple[str, Any, Any]]:
         """The listed steps follow the run's length."""
         written = options.get("steps")
+        check_steps(written, f"key '{where}.steps'")
         if written is None or run == 1.0:
             return []
-        scaled = [scale_count(int(step), run) for step in written]
+        scaled = [scale_count(step, run) for step in written]
         if scaled == list(written):
             return []
         options["steps"] = scaled
@@ -64,10 +71,10 @@ class ContributionPruneHook(Hook):
 
     def before_train(self, trainer) -> None:
         if self.steps is None:
-            stop = trainer.cfg.strategy.get("refine_stop_iter")
+            stop = trainer.schedule.densification_ends
             if stop is None:
-                raise ConfigError(f"ContributionPruneHook: strategy {trainer.cfg.strategy.type!r} has no "
-                                  "refine_stop_iter; give the hook's steps")
+                raise ConfigError("ContributionPruneHook: the strategy does not say "
+                                  "when densification ends; give the hook's steps")
             self.steps = [int(stop)]
 
     def after_train_iter(self, trainer, step: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:

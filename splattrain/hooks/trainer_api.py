@@ -86,6 +86,9 @@ class RunSchedule:
     sh_degree_interval: int  # model.sh_degree_interval
     render_depth: bool  # training renders carry depth (trainer.render_depth, or a loss term reads it)
     scaled: Tuple[str, ...] = ()
+    #: the step at which the strategy stops refining the scene (its ``refine_stop_iter`` after
+    #: scaling, at most ``max_steps``); None when the strategy does not say
+    densification_ends: Optional[int] = None
 
     def sh_degree_at(self, step: int) -> int:
         """The SH degree in force at ``step`` (raised by one every ``sh_degree_interval`` steps)."""
