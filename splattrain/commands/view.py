@@ -68,7 +68,7 @@ def load_viewed_scene(target: str | Path, console: Console, device: str = "auto"
             raise UserError(f"'{path}' is not a file")
         if path.suffix.lower() == ".ply" and is_mesh_ply(path):
             return ViewedScene(path.stem, None, 0, None, torch.tensor(parse_background(background or "white")),
-                               Path(out) if out else path.parent, mesh=read_mesh_ply(path))
+                               Path(out) if out else path.parent, mesh=read_mesh_ply(path, console.warning))
         params, degree = read_gaussians_file(path)
         colour = parse_background(background or "white")
         renderer = build_renderer({"type": "auto"}, resolved, log=console.debug, warn=console.warning)
@@ -80,16 +80,19 @@ def load_viewed_scene(target: str | Path, console: Console, device: str = "auto"
 
     snapshot = load_snapshot(path, device, imports, trust_config)
     colour = parse_background(background) if background else list(snapshot.cfg.data.background)
-    scene = ViewedScene(str(snapshot.cfg.name), snapshot.model, snapshot.sh_degree,
-                        snapshot.renderer(log=console.debug, warn=console.warning),
-                        torch.tensor(colour, dtype=torch.float32, device=snapshot.device),
-                        Path(out) if out else snapshot.run_dir / "viewer", step=snapshot.step)
+    gone: Optional[UserError] = None
     try:
         data = snapshot.scene()
     except RunPluginError:  # the run's own reader is needed, never another one
         raise
     except UserError as err:  # the scene moved or is gone: the Gaussians are shown alone
-        console.warning(f"the run's cameras are not shown: {err}")
+        data, gone = None, err
+    scene = ViewedScene(str(snapshot.cfg.name), snapshot.model, snapshot.sh_degree,
+                        snapshot.renderer(log=console.debug, warn=console.warning, scene=data),
+                        torch.tensor(colour, dtype=torch.float32, device=snapshot.device),
+                        Path(out) if out else snapshot.run_dir / "viewer", step=snapshot.step)
+    if data is None:
+        console.warning(f"the run's cameras are not shown: {gone}")
         return scene
     scene.train, scene.test = list(data.train), list(data.test)
     scene.scene_scale = camera_scene_scale([f.camera for f in data.train or data.test])
@@ -131,7 +134,7 @@ def view(target: str | Path, console: Console, port: int = 8080, host: str = "12
     if mesh is not None:
         if scene.mesh is not None:
             raise UserError(f"--mesh {mesh}: {target} is a mesh already")
-        scene.mesh = read_mesh_ply(mesh)
+        scene.mesh = read_mesh_ply(mesh, console.warning)
     if scene.model is not None:
         shown = f"{scene.model.num_gaussians:,} Gaussians"
     else:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Optional
 
 import numpy as np
 
 from ..errors import DataError, UserError
 from ..io.atomic import atomic_write_bytes
+from ..io.limits import require_memory
 
 MESH_SUFFIXES = (".ply", ".obj")
 _HEADER_LIMIT = 1 << 16
@@ -89,15 +91,25 @@ def is_mesh_ply(path: str | Path) -> bool:
     return any(line.split()[:2] == ["element", "face"] for line in lines)
 
 
-def read_mesh_ply(path: str | Path) -> MeshArrays:
-    """A triangle mesh from a binary little-endian PLY: a ``vertex`` element with float ``x y z``
-    (colours from ``red green blue`` when present, else grey; other scalar properties are
-    skipped) and then a ``face`` element of triangles (``property list uchar int|uint
-    vertex_indices``). DataError naming the file for anything else, a short file or an index out
-    of range."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"mesh file '{path}' not found")
+@dataclass(frozen=True)
+class _MeshLayout:
+    """Where a binary mesh PLY keeps its vertices and triangles."""
+
+    offset: int
+    n_vertices: int
+    vertex_type: np.dtype
+    n_faces: int
+
+
+_FACE_TYPE = np.dtype([("n", "u1"), ("ids", "<i4", 3)])
+#: Bytes of memory a vertex and a triangle take once read (the arrays made from the rows, with
+#: their temporaries), besides the rows themselves.
+_VERTEX_BYTES = 64
+_FACE_BYTES = 16
+
+
+def _mesh_layout(path: Path) -> _MeshLayout:
+    """The vertex and face layout a mesh PLY's header declares; DataError for anything else."""
     lines, offset = _header_lines(path)
     if "format binary_little_endian 1.0" not in lines:
         raise DataError(f"{path}: only binary little-endian mesh PLY files are read")
@@ -114,40 +126,68 @@ def read_mesh_ply(path: str | Path) -> MeshArrays:
     if names != ["vertex", "face"]:
         raise DataError(f"{path}: a mesh PLY has a 'vertex' then a 'face' element, this one has {names}")
     (_, n_vertices, vertex_props), (_, n_faces, face_props) = elements
-    fields = []
+    fields: list[tuple[str, str]] = []
     for line in vertex_props:
         parts = line.split()
         if len(parts) != 3 or parts[1] not in _PLY_SCALARS:
             raise DataError(f"{path}: unsupported vertex property '{line}'")
+        if any(parts[2] == name for name, _ in fields):
+            raise DataError(f"{path}: the vertex element has property '{parts[2]}' twice")
         fields.append((parts[2], _PLY_SCALARS[parts[1]]))
     vertex_type = np.dtype(fields)
+    if not {"x", "y", "z"} <= set(vertex_type.names or ()):
+        raise DataError(f"{path}: vertices need float x, y and z")
     if face_props not in (["property list uchar int vertex_indices"], ["property list uchar uint vertex_indices"]):
         raise DataError(f"{path}: faces must be 'property list uchar int vertex_indices', got {face_props}")
-    face_type = np.dtype([("n", "u1"), ("ids", "<i4", 3)])
+    return _MeshLayout(offset, n_vertices, vertex_type, n_faces)
+
+
+def _mesh_colours(rows: np.ndarray, path: Path, warn: Optional[Callable[[str], None]]) -> np.ndarray:
+    """uint8 [V, 3] colours from ``red green blue`` (floats in [0, 1], or integers in [0, 255]),
+    grey when there are none; values outside the range (NaN: 0) are clipped, said once."""
+    names = set(rows.dtype.names or ())
+    if not {"red", "green", "blue"} <= names:
+        return np.full((len(rows), 3), 180, dtype=np.uint8)
+    colours = np.stack([rows[c].astype(np.float64) for c in ("red", "green", "blue")], axis=1)
+    top = 1.0 if rows.dtype["red"].kind == "f" else 255.0
+    outside = ~((colours >= 0.0) & (colours <= top))  # NaN is outside too
+    if outside.any():
+        colours = np.where(np.isnan(colours), 0.0, np.clip(colours, 0.0, top))
+        if warn is not None:
+            warn(f"{path}: {int(outside.sum()):,} vertex colour values outside [0, {top:g}] were clipped")
+    return (colours * (255.0 / top) + 0.5).astype(np.uint8)
+
+
+def read_mesh_ply(path: str | Path, warn: Optional[Callable[[str], None]] = None) -> MeshArrays:
+    """A triangle mesh from a binary little-endian PLY: a ``vertex`` element with float ``x y z``
+    (colours from ``red green blue`` when present, else grey; other scalar properties are
+    skipped) and then a ``face`` element of triangles (``property list uchar int|uint
+    vertex_indices``). DataError naming the file for anything else, a short file, more than the
+    memory at hand (checked before anything is read) or an index out of range; colours out of
+    range are clipped and ``warn`` is told once."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"mesh file '{path}' not found")
+    layout = _mesh_layout(path)
+    n_vertices, n_faces, row_bytes = layout.n_vertices, layout.n_faces, layout.vertex_type.itemsize
     size = path.stat().st_size
-    need = offset + n_vertices * vertex_type.itemsize + n_faces * face_type.itemsize
+    need = layout.offset + n_vertices * row_bytes + n_faces * _FACE_TYPE.itemsize
     if size != need:
         raise DataError(f"{path}: {size} bytes, but its header declares {need} "
                         f"({n_vertices} vertices, {n_faces} triangles)")
-    if not {"x", "y", "z"} <= set(vertex_type.names):
-        raise DataError(f"{path}: vertices need float x, y and z")
-    raw = path.read_bytes()
-    rows = np.frombuffer(raw, dtype=vertex_type, count=n_vertices, offset=offset)
-    face_rows = np.frombuffer(raw, dtype=face_type, count=n_faces, offset=offset + n_vertices * vertex_type.itemsize)
+    require_memory(f"{path} ({n_vertices:,} vertices, {n_faces:,} triangles)",
+                   size + n_vertices * _VERTEX_BYTES + n_faces * _FACE_BYTES)
+    rows = np.fromfile(path, dtype=layout.vertex_type, count=n_vertices, offset=layout.offset)
+    face_rows = np.fromfile(path, dtype=_FACE_TYPE, count=n_faces, offset=layout.offset + n_vertices * row_bytes)
     if n_faces and (face_rows["n"] != 3).any():
         raise DataError(f"{path}: only triangles are read (a face has {int(face_rows['n'][face_rows['n'] != 3][0])} corners)")
     faces = face_rows["ids"].astype(np.int32)
+    del face_rows
     if n_faces and (faces.min() < 0 or faces.max() >= n_vertices):
         raise DataError(f"{path}: a face names vertex {int(faces.max() if faces.max() >= n_vertices else faces.min())}"
                         f" of {n_vertices}")
-    vertices = np.stack([rows[c].astype(np.float32) for c in ("x", "y", "z")], axis=1)
+    with np.errstate(over="ignore", invalid="ignore"):  # doubles beyond float32 become inf, refused below
+        vertices = np.stack([rows[c].astype(np.float32) for c in ("x", "y", "z")], axis=1)
     if not np.isfinite(vertices).all():
         raise DataError(f"{path}: vertices hold NaN or infinite values")
-    if {"red", "green", "blue"} <= set(vertex_type.names):
-        colors = np.stack([rows[c] for c in ("red", "green", "blue")], axis=1)
-        if colors.dtype.kind == "f":  # colours in [0, 1]
-            colors = np.clip(colors * 255.0 + 0.5, 0, 255)
-        colors = colors.astype(np.uint8)
-    else:
-        colors = np.full((n_vertices, 3), 180, dtype=np.uint8)
-    return MeshArrays(vertices, faces, colors)
+    return MeshArrays(vertices, faces, _mesh_colours(rows, path, warn))
