@@ -75,14 +75,14 @@ class Probe(Hook):
 
 
 def run(tmp_path, name: str, max_memory_gb: float, steps: int = 50, hook_extra: str = "", extra: str = "",
-        checkpoint: str = "null"):
+        checkpoint: str = "null", overrides=()):
     (tmp_path / f"{name}.yaml").write_text(tiny_config_text(tmp_path / name, steps=steps, extra=f"""
 strategy: {{refine_start_iter: 5, refine_every: 10, grow_grad2d: 1.0e-7, reset_every: 100000}}
 default_hooks: {{checkpoint: {checkpoint}}}
 custom_hooks:
   - {{type: SimulatedMemoryBudgetHook, max_memory: {max_memory_gb}, warmup_steps: 30, strategy: greedy{hook_extra}}}
 {extra}"""))
-    cfg = load_config(tmp_path / f"{name}.yaml", ["model.init.num_points=1000", "trainer.hook_timing=false"])
+    cfg = load_config(tmp_path / f"{name}.yaml", ["model.init.num_points=1000", "trainer.hook_timing=false", *overrides])
     trainer = DefaultTrainer(cfg, console=Console(quiet=True))
     trainer.last_pixels = 0
     hook = next(h for h in trainer.hooks.hooks if isinstance(h, MemoryBudgetHook))
@@ -127,10 +127,10 @@ def test_a_steeper_cost_than_the_warmup_showed_is_corrected_without_overshoot(tm
 
 
 def test_pixels_are_fitted_across_a_resolution_schedule_and_the_cap_holds_at_full_size(tmp_path):
-    schedule = "  - {type: ResolutionScheduleHook, schedule: [[0, 2], [20, 1]]}\n"
+    schedule = ["trainer.resolution.schedule=[[0,2],[20,1]]"]
     budget = BASE + 40 * MB
     capped, hook, probe = run(tmp_path, "coarse", budget / 1024**3, steps=60,
-                              hook_extra=f", per_pixel: {PER_PIXEL}", extra=schedule)
+                              hook_extra=f", per_pixel: {PER_PIXEL}", overrides=schedule)
     assert hook.pixels == 32 * 32  # the configured training size (1/4 of 128 px)
     assert math.isclose(hook.per_pixel, PER_PIXEL, rel_tol=1e-6) and math.isclose(hook.per_gaussian, PER_GAUSSIAN, rel_tol=1e-6)
     assert abs(hook.cap - (budget - BASE - PER_PIXEL * hook.pixels) / PER_GAUSSIAN) <= 1
@@ -138,8 +138,8 @@ def test_pixels_are_fitted_across_a_resolution_schedule_and_the_cap_holds_at_ful
 
 
 def test_one_size_warmup_uses_the_pixel_floor_for_the_full_size_to_come(tmp_path):
-    schedule = "  - {type: ResolutionScheduleHook, schedule: [[0, 2], [40, 1]]}\n"
-    _, hook, _ = run(tmp_path, "floor", (BASE + 40 * MB) / 1024**3, steps=35, extra=schedule)
+    schedule = ["trainer.resolution.schedule=[[0,2],[40,1]]"]
+    _, hook, _ = run(tmp_path, "floor", (BASE + 40 * MB) / 1024**3, steps=35, overrides=schedule)
     assert hook.per_pixel == PIXEL_BYTES and hook.pixels == 32 * 32  # known before any full-size step
     assert all(pixels == 16 * 16 for _, pixels, _ in hook.samples)
     warmup_pixels = 16 * 16

@@ -154,10 +154,17 @@ def test_bad_schedules_are_one_line(tmp_path, value, message):
     assert message in done.stderr and "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
-def test_the_schedule_and_the_hook_are_not_both_taken(tmp_path):
-    with pytest.raises(ConfigError, match="trainer.resolution and ResolutionScheduleHook both"):
-        trainer_for(tmp_path, extra="custom_hooks:\n  - {type: ResolutionScheduleHook, schedule: [[0, 2], [5, 1]]}\n",
-                    overrides=["trainer.resolution.schedule=[[0,2],[5,1]]"])
+def test_a_config_naming_the_removed_hook_is_told_what_replaced_it(tmp_path):
+    config = tmp_path / "cfg.yaml"
+    config.write_text(tiny_config_text(tmp_path, extra="custom_hooks:\n  - {type: ResolutionScheduleHook, "
+                                                      "schedule: [[0, 2], [5, 1]]}\n"))
+    done = subprocess.run([sys.executable, "-m", "splattrain", "fit", "--config", str(config), "--dry-run"],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "custom_hooks[0]" in lines[0] and "ResolutionScheduleHook was removed" in lines[0]
+    assert "use trainer.resolution.schedule" in lines[0]
+    assert not (tmp_path / "run").exists()
 
 
 def test_null_is_full_resolution_and_max_factor_is_checked():
@@ -165,5 +172,5 @@ def test_null_is_full_resolution_and_max_factor_is_checked():
     assert build_schedule(cfg.trainer.resolution, 2000, [], (1, 1, 1)) is None
     cfg.trainer.resolution.schedule = "auto"
     cfg.trainer.resolution.max_factor = 0.5
-    with pytest.raises(ConfigError, match="max_factor' must be >= 1"):
+    with pytest.raises(ConfigError, match="max_factor' must be a finite number >= 1"):
         build_schedule(cfg.trainer.resolution, 2000, [], (1, 1, 1))

@@ -215,32 +215,6 @@ def test_empty_cache_is_a_no_op_on_cpu(tmp_path):
     assert hook.freed == 0
 
 
-def test_resolution_schedule_renders_right_sizes_at_right_steps(tmp_path):
-    trainer = make_trainer(
-        tmp_path,
-        extra="custom_hooks:\n  - {type: ResolutionScheduleHook, schedule: [[0, 4], [5, 2], [10, 1]]}\n",
-        overrides=["trainer.val_interval=6"],
-        steps=12,
-    )
-    sizes, val_sizes = {}, []
-
-    class Probe(Hook):
-        def after_train_iter(self, trainer, step, batch, outputs):
-            sizes[step] = tuple(outputs["render"].rgb.shape[1:3])
-            assert batch["image"].shape[1:3] == outputs["render"].rgb.shape[1:3]
-
-        def after_val_iter(self, trainer, index, batch, outputs):
-            val_sizes.append(tuple(outputs["render"].rgb.shape[1:3]))
-
-    trainer.register_hook(Probe())
-    trainer.train()
-    assert [sizes[s] for s in range(1, 13)] == [(8, 8)] * 4 + [(16, 16)] * 5 + [(32, 32)] * 3
-    assert set(val_sizes) == {(32, 32)}
-    focal = trainer.data.train_frames[0].camera.K[0, 0]
-    assert trainer.data.train_frames[0].camera.width == 32
-    assert focal == trainer.data.test_frames[0].camera.K[0, 0]
-
-
 CRASH_AT = '''
 from splattrain import HOOKS, Hook
 

@@ -22,12 +22,15 @@ The start steps and ``until`` are step settings: they follow ``trainer.schedule_
 from __future__ import annotations
 
 import math
+from collections import abc
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+from omegaconf import ListConfig, OmegaConf
 
 from ..config.schema import ResolutionConfig
+from ..config.values import MAX_STEPS
 from ..data.types import Frame
 from ..errors import ConfigError
 from ..steps import scale_count
@@ -62,26 +65,72 @@ class ResolutionSchedule:
 
 
 def explicit_levels(schedule: Any, where: str = "trainer.resolution.schedule") -> Tuple[Tuple[int, float], ...]:
-    """``[[start_step, factor], ...]`` checked: whole start steps >= 0, factors >= 1; sorted."""
-    try:
-        pairs = [(int(start), float(factor)) for start, factor in schedule]
-        whole = all(float(start) == int(start) for start, _ in schedule)
-    except (TypeError, ValueError):
-        raise ConfigError(f"key '{where}' must be null, auto or [[start_step, factor], ...], got {schedule!r}") from None
-    if not pairs or not whole or any(start < 0 or not factor >= 1 for start, factor in pairs):
+    """``[[start_step, factor], ...]`` checked: pairs of numbers, whole start steps in [0, MAX_STEPS],
+    finite factors >= 1; sorted. A ConfigError naming ``where`` otherwise."""
+    pairs = [_pair(entry) for entry in schedule] if _is_list(schedule) else [None]
+    if any(pair is None for pair in pairs):
+        raise ConfigError(f"key '{where}' must be null, auto or [[start_step, factor], ...], got {_show(schedule)}")
+    usable = [start.is_integer() and 0 <= start <= MAX_STEPS and math.isfinite(factor) and factor >= 1
+              for start, factor in pairs]
+    if not pairs or not all(usable):
         raise ConfigError(f"key '{where}' needs [[start_step >= 0, factor >= 1], ...] with at least one pair, "
-                          f"got {schedule!r}")
-    return tuple(sorted(pairs))
+                          f"got {_show(schedule)}")
+    return tuple(sorted((int(start), factor) for start, factor in pairs))
+
+
+def _is_list(value: Any) -> bool:
+    return isinstance(value, abc.Sequence) and not isinstance(value, (str, bytes))
+
+
+def _pair(entry: Any) -> Optional[Tuple[float, float]]:
+    """``[start, factor]`` as two floats (numbers or numeric text); None when it is no such pair."""
+    if not _is_list(entry) or len(entry) != 2:
+        return None
+    numbers = []
+    for value in entry:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            return None
+        try:
+            numbers.append(float(value))
+        except ValueError:
+            return None
+    return numbers[0], numbers[1]
+
+
+def _show(value: Any) -> str:
+    """A config value as written (a plain list, not a ListConfig)."""
+    return repr(OmegaConf.to_container(value) if isinstance(value, ListConfig) else value)
+
+
+def check_resolution(cfg: ResolutionConfig | Any) -> None:
+    """Refuse a malformed ``trainer.resolution`` section (one ConfigError naming the key): its
+    schedule, ``until`` and ``max_factor``, before any of them is scaled or used."""
+    schedule = cfg.schedule
+    if isinstance(schedule, str):
+        if schedule != "auto":
+            raise ConfigError(f"key 'trainer.resolution.schedule' must be null, auto or [[start_step, factor], ...], "
+                              f"got {schedule!r}")
+    elif schedule is not None:
+        explicit_levels(schedule)
+    max_factor = cfg.max_factor
+    if isinstance(max_factor, bool) or not isinstance(max_factor, (int, float)) or not (
+            math.isfinite(max_factor) and max_factor >= 1):
+        raise ConfigError(f"key 'trainer.resolution.max_factor' must be a finite number >= 1, got {max_factor!r}")
+    until = cfg.until
+    if until is not None and (isinstance(until, bool) or not isinstance(until, int) or not 0 <= until <= MAX_STEPS):
+        raise ConfigError(f"key 'trainer.resolution.until' must be a step in [0, {MAX_STEPS}] or null, got {until!r}")
 
 
 def scale_resolution_steps(section: Dict[str, Any], run: float) -> List[Tuple[str, Any, Any]]:
     """Scale the start steps of an explicit schedule and ``until`` by ``run`` in place (the
-    ``trainer.resolution`` section as a plain dict); one ``(key path, written, scaled)`` each."""
+    ``trainer.resolution`` section as a plain dict, checked first); one ``(key path, written,
+    scaled)`` each."""
     changes = []
     schedule = section.get("schedule")
-    if isinstance(schedule, (list, tuple)):
+    if _is_list(schedule):
+        explicit_levels(schedule)
         written = [list(pair) for pair in schedule]
-        scaled = [[scale_count(int(start), run) if start else 0, factor] for start, factor in written]
+        scaled = [[scale_count(int(float(start)), run) if float(start) else 0, factor] for start, factor in written]
         if scaled != written:
             section["schedule"] = scaled
             changes.append(("trainer.resolution.schedule", written, scaled))
@@ -97,18 +146,12 @@ def scale_resolution_steps(section: Dict[str, Any], run: float) -> List[Tuple[st
 def build_schedule(cfg: ResolutionConfig | Any, max_steps: int, frames: Sequence[Frame],
                    background: Sequence[float]) -> Optional[ResolutionSchedule]:
     """The run's schedule (None: full resolution throughout)."""
+    check_resolution(cfg)
     schedule = cfg.schedule
     if schedule is None:
         return None
     if isinstance(schedule, str):
-        if schedule != "auto":
-            raise ConfigError(f"key 'trainer.resolution.schedule' must be null, auto or [[start_step, factor], ...], "
-                              f"got {schedule!r}")
-        if not float(cfg.max_factor) >= 1:
-            raise ConfigError(f"key 'trainer.resolution.max_factor' must be >= 1, got {cfg.max_factor}")
         until = int(cfg.until) if cfg.until else max_steps // 2
-        if until < 0:
-            raise ConfigError(f"key 'trainer.resolution.until' must be >= 0 or null, got {cfg.until}")
         return auto_schedule(frames, background, until, float(cfg.max_factor))
     return ResolutionSchedule(explicit_levels(schedule))
 
@@ -173,4 +216,5 @@ def _retained(table: np.ndarray, factor: float) -> float:
     return float(table[top + h, left + w] - table[top, left + w] - table[top + h, left] + table[top, left])
 
 
-__all__ = ["ResolutionSchedule", "auto_schedule", "build_schedule", "explicit_levels", "scale_resolution_steps"]
+__all__ = ["ResolutionSchedule", "auto_schedule", "build_schedule", "check_resolution", "explicit_levels",
+           "scale_resolution_steps"]

@@ -4,10 +4,11 @@
 ``schedule_steps`` says for which run length the step settings are written, so that they follow
 ``max_steps`` proportionally. Each component says which of its settings count steps where it
 declares them (:mod:`splattrain.steps`): the schema's keys (``trainer.val_interval``,
-``val_begin``, ``model.sh_degree_interval``, the start steps of ``trainer.resolution``), the strategy's fields, the hooks' options and the
-step options of ``optim.schedules``. Scaling writes the scaled values into the config and resets
-both knobs (1.0, null), so a saved config.yaml describes exactly the run; it returns one line per
-changed setting for the run's header.
+``val_begin``, ``model.sh_degree_interval``, the start steps of ``trainer.resolution``), the
+strategy's fields, the hooks' options and the step options of ``optim.schedules``; the
+resolution section and the hooks' options are checked before anything is scaled. Scaling writes
+the scaled values into the config and resets both knobs (1.0, null), so a saved config.yaml
+describes exactly the run; it returns one line per changed setting for the run's header.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ..hooks.specs import hook_sections
 from ..optim.schedules import scale_schedule_steps
 from ..registry import HOOKS, STRATEGIES
 from ..steps import scale_count, step_kinds
-from .resolution import scale_resolution_steps
+from .resolution import check_resolution, scale_resolution_steps
 
 Change = Tuple[str, Any, Any]
 
@@ -44,11 +45,13 @@ def scale_steps(cfg: DictConfig, explicit: Sequence[str] = ()) -> List[str]:
     """Scale every step-valued setting of ``cfg`` in place, but those at the key paths in
     ``explicit`` (given on the command line), and reset the knobs; returns one line per changed
     setting (``"trainer.val_interval 300 (1500 scaled by 400/2000)"``)."""
+    check_resolution(cfg.trainer.resolution)  # every value is checked before any is scaled
     run, window = run_factor(cfg), float(cfg.trainer.steps_scaler)
     how = _describe_factor(cfg)
     keep = _Explicit(explicit)
     changes: List[Change] = []
     if run != 1.0 or window != 1.0:
+        hooks = _hook_changes(cfg, run, window, keep)  # each hook checks its options here; nothing is written yet
         with open_dict(cfg):
             for section, schema in (("trainer", TrainerConfig), ("model", ModelConfig)):
                 for field in dataclasses.fields(schema):
@@ -58,7 +61,7 @@ def scale_steps(cfg: DictConfig, explicit: Sequence[str] = ()) -> List[str]:
             changes += _scale_section(cfg, "trainer.resolution", lambda s: scale_resolution_steps(s, run), keep)
             strategy = STRATEGIES.get(str(cfg.strategy.get("type", "default")))
             changes += _scale_section(cfg, "strategy", lambda s: strategy.scale_steps(s, run, window, "strategy"), keep)
-            changes += _scale_hooks(cfg, run, window, keep)
+            changes += _write_hook_changes(cfg, hooks)
             if not keep("trainer.max_steps"):
                 cfg.trainer.max_steps = scale_count(int(cfg.trainer.max_steps), window)
     cfg.trainer.steps_scaler = 1.0
@@ -129,17 +132,27 @@ def _put(tree: Dict[str, Any], dotted: str, value: Any) -> None:
     tree[last] = value
 
 
-def _scale_hooks(cfg: DictConfig, run: float, window: float, keep: _Explicit) -> List[Change]:
-    """Each hook scales the options of its entry (a default hook's scaled options are written
-    under ``default_hooks.<name>``)."""
+HookChanges = List[Tuple[str, str, List[Change]]]
+
+
+def _hook_changes(cfg: DictConfig, run: float, window: float, keep: _Explicit) -> HookChanges:
+    """``(name, key path, changes)`` of each hook whose options scaling changes (computed on plain
+    copies: a hook refuses a malformed option here, before anything is scaled)."""
     default_hooks = OmegaConf.to_container(cfg.default_hooks, resolve=True)
     custom = [OmegaConf.to_container(spec, resolve=True) for spec in cfg.custom_hooks]
-    changes: List[Change] = []
+    found: HookChanges = []
     for name, spec, where in hook_sections(default_hooks, custom):
         options = {k: v for k, v in spec.items() if k not in ("type", "priority")}
-        found = [c for c in HOOKS.get(str(spec["type"])).scale_steps(options, run, window, where) if not keep(c[0])]
-        if not found:
-            continue
+        changes = [c for c in HOOKS.get(str(spec["type"])).scale_steps(options, run, window, where) if not keep(c[0])]
+        if changes:
+            found.append((name, where, changes))
+    return found
+
+
+def _write_hook_changes(cfg: DictConfig, hooks: HookChanges) -> List[Change]:
+    """Write each hook's scaled options (a default hook's under ``default_hooks.<name>``)."""
+    changes: List[Change] = []
+    for name, where, found in hooks:
         changes += found
         changed = {key.rsplit(".", 1)[1]: new for key, _, new in found}
         if where.startswith("custom_hooks["):

@@ -22,6 +22,12 @@ OPTIONAL_DEFAULT_HOOKS: Dict[str, Dict[str, Any]] = {
 }
 
 
+#: Hooks that were removed, with the setting that replaced each (an old config naming one is told).
+RETIRED_HOOKS: Dict[str, str] = {
+    "ResolutionScheduleHook": "trainer.resolution.schedule (the same [[start_step, factor], ...] list, or auto)",
+}
+
+
 def hook_specs(default_hooks: Mapping[str, Any], custom_hooks: List[Mapping[str, Any]]) -> List[tuple[str, Dict[str, Any]]]:
     """(name, spec) for every hook to build: defaults with the user's overrides, then custom hooks."""
     specs: List[tuple[str, Dict[str, Any]]] = []
@@ -65,8 +71,12 @@ def hook_sections(default_hooks: Mapping[str, Any], custom_hooks: List[Mapping[s
     """(name, spec, key path) for every hook to build: ``default_hooks.<name>`` or ``custom_hooks[i]``."""
     specs = hook_specs(default_hooks, custom_hooks)
     first_custom = len(specs) - len(custom_hooks)
-    return [(name, spec, f"custom_hooks[{i - first_custom}]" if i >= first_custom else f"default_hooks.{name}")
-            for i, (name, spec) in enumerate(specs)]
+    sections = [(name, spec, f"custom_hooks[{i - first_custom}]" if i >= first_custom else f"default_hooks.{name}")
+                for i, (name, spec) in enumerate(specs)]
+    for _, spec, where in sections:
+        if str(spec.get("type")) in RETIRED_HOOKS:
+            raise ConfigError(f"{where}: {spec['type']} was removed; use {RETIRED_HOOKS[str(spec['type'])]}")
+    return sections
 
 
 HOOKS.set_checker(check_hook_sections)
