@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Dict, Sequence
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -12,6 +12,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from .. import interrupts
 from ..errors import ConfigError
 from ..nested import check_nested
+from .bases import read_layered
 from .schema import SplatConfig
 from .values import check_numbers
 
@@ -62,6 +63,11 @@ def _check_expansion(data: Any, path: Path, size: int) -> None:
 
 
 def _read_yaml(path: Path) -> DictConfig:
+    """The config of ``path`` with its ``_base_`` files merged under it (:mod:`.bases`)."""
+    return OmegaConf.create(read_layered(path, _read_yaml_file))
+
+
+def _read_yaml_file(path: Path) -> Dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file '{path}' not found")
     try:
@@ -81,7 +87,7 @@ def _read_yaml(path: Path) -> DictConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections, not {type(data).__name__}")
     _check_expansion(data, path, len(text.encode("utf-8")))
-    return OmegaConf.create(data)
+    return data
 
 
 def _check_interpolations(cfg: DictConfig, source: str) -> None:
