@@ -18,6 +18,9 @@ Conventions the docs follow (docs/architecture.md, "Docs that stay true"):
   YAML, in backticks or not (``1``, ``raise``, ``null``, ``[1, 1, 1]``), then an optional note in
   parentheses or after a semicolon; ``(required)`` marks an option without a default.
 - In prose, ```full.key` (default VALUE``: the same value rules.
+
+The names the docs cite must exist (``doc_names.py``), and the benchmarks page and the changelog stay
+short (``doc_shape.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import yaml
 from omegaconf import MISSING
 
 import doc_names
+import doc_shape
 from conftest import REPO
 from splattrain.config.schema import SplatConfig
 from splattrain.engine import load_config
@@ -502,56 +506,28 @@ def test_a_doc_running_a_program_nobody_ships_fails():
 
 
 # -- the benchmarks page and the changelog stay short -------------------------------------------
-NOTEBOOK_WORDS = r"\b(?:turns?|rounds?|baseline|landed|farm-bench)\b"
-
-
-def benchmarks_page_problems(text: str) -> List[str]:
-    """Why a benchmarks page is a lab notebook rather than a guide to current figures."""
-    problems = [f"{len(text.splitlines())} lines (at most 200)"] if len(text.splitlines()) > 200 else []
-    if "closing note" not in "\n".join(text.splitlines()[:6]):
-        problems.append("its first lines do not say that measurement logs go in the work's closing note")
-    for number, line in enumerate(text.splitlines(), 1):
-        if re.search(NOTEBOOK_WORDS, line, re.I):
-            problems.append(f"line {number} reads like a measurement log: {line.strip()[:60]}")
-    return problems
-
-
-def changelog_problems(text: str) -> List[str]:
-    """Lines of a changelog that are not one line per change under ``## date`` / ``### kind``."""
-    lines = text.splitlines()
-    problems = [f"{len(lines)} lines (at most 120)"] if len(lines) > 120 else []
-    dates = re.findall(r"^## (\d{4}-\d{2}-\d{2})$", text, re.M)
-    if not dates or dates != sorted(dates, reverse=True):
-        problems.append(f"dated sections not newest first: {dates}")
-    start = next((i for i, line in enumerate(lines) if line.startswith("## ")), len(lines))
-    for number, line in enumerate(lines[start:], start + 1):
-        if line and not re.match(r"^(## \d{4}-\d{2}-\d{2}|### (Added|Changed|Deprecated|Removed|Fixed|Security)|- \S.*)$", line):
-            problems.append(f"line {number} is neither a heading nor a one-line entry: {line[:60]}")
-    return problems
-
-
 def test_the_benchmarks_page_holds_current_figures_only():
-    problems = benchmarks_page_problems((REPO / "docs" / "benchmarks.md").read_text())
-    problems += [p for p in benchmarks_page_problems((REPO / "README.md").read_text()) if "reads like" in p]
+    problems = doc_shape.benchmarks_page_problems((REPO / "docs" / "benchmarks.md").read_text())
+    problems += [p for p in doc_shape.benchmarks_page_problems((REPO / "README.md").read_text()) if "reads like" in p]
     assert not problems, problems
 
 
 def test_a_benchmarks_page_that_logs_measurements_fails():
     good = "# Benchmarks\n\nMeasurement logs belong in the closing note of the work they measured.\n\n| a | b |\n"
-    assert benchmarks_page_problems(good) == []
+    assert doc_shape.benchmarks_page_problems(good) == []
     log = good + "A ninth round against the landed baseline, two turns.\n" + "row\n" * 200
-    problems = benchmarks_page_problems(log)
+    problems = doc_shape.benchmarks_page_problems(log)
     assert problems[0].startswith("206 lines") and "line 6 reads like a measurement log" in problems[1], problems
 
 
 def test_the_changelog_has_one_line_per_change():
-    problems = changelog_problems((REPO / "CHANGELOG.md").read_text())
+    problems = doc_shape.changelog_problems((REPO / "CHANGELOG.md").read_text())
     assert not problems, problems
 
 
 def test_a_changelog_of_paragraphs_fails():
     good = "# Changelog\n\nIntro.\n\n## 2026-11-28\n\n### Added\n- A hook.\n\n## 2026-11-27\n\n### Fixed\n- A bug.\n"
-    assert changelog_problems(good) == []
+    assert doc_shape.changelog_problems(good) == []
     paragraph = good.replace("- A hook.\n", "**A hook.** It does this,\nand that, measured in turns.\n")
-    assert len(changelog_problems(paragraph)) == 2
-    assert "dated sections" in changelog_problems(good.replace("2026-11-27", "2026-11-29"))[0]
+    assert len(doc_shape.changelog_problems(paragraph)) == 2
+    assert "dated sections" in doc_shape.changelog_problems(good.replace("2026-11-27", "2026-11-29"))[0]
