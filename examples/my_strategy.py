@@ -1,4 +1,4 @@
-"""A densification strategy in its minimal form: the two step calls and nothing else.
+"""A densification strategy in its minimal form: gsplat's three calls and nothing else.
 
 Every ``every`` steps until ``stop`` it clones the ``fraction`` of Gaussians with the largest
 mean image-plane gradient since the last refinement and removes those fainter than
@@ -14,7 +14,7 @@ from typing import Any, Dict
 
 import torch
 
-from splattrain import ConfigError, STRATEGIES, Strategy, strategy_ops
+from splattrain import ConfigError, STRATEGIES, Strategy
 from splattrain.steps import Steps, Window
 
 
@@ -32,28 +32,26 @@ class CloneTopStrategy(Strategy):
         if not 0 < self.fraction <= 1:
             raise ConfigError(f"strategy.fraction must be in (0, 1], got {self.fraction}")
 
+    def initialize_state(self, scene_scale: float = 1.0) -> Dict[str, Any]:
+        return {"grad": None, "seen": None}  # per-Gaussian sums since the last refinement
+
     def step_pre_backward(self, params, optimizers, state: Dict[str, Any], step: int, info: Dict[str, Any]) -> None:
         info["means2d"].retain_grad()  # the densification signal
 
     @torch.no_grad()
-    def step_post_backward(self, params, optimizers, state: Dict[str, Any], step: int, info: Dict[str, Any]) -> None:
+    def step_post_backward(self, params, optimizers, state: Dict[str, Any], step: int, info: Dict[str, Any],
+                           context=None) -> None:
         if step >= self.stop:
             return
         seen = (info["radii"] > 0).all(dim=-1)  # [C, N]
         norms = info["means2d"].grad.norm(dim=-1) * seen  # [C, N]
-        if state.get("grad") is None:  # per-Gaussian tensors in the state follow every op below
-            state["grad"] = torch.zeros(len(params["means"]), device=norms.device)
-            state["seen"] = torch.zeros_like(state["grad"])
-        state["grad"] += norms.sum(dim=0)
-        state["seen"] += seen.sum(dim=0)
+        self.add_statistics(state, grad=norms.sum(dim=0), seen=seen.sum(dim=0))  # summed over the ranks
         if step % self.every:
             return
         mean = state["grad"] / state["seen"].clamp_min(1)
         top = torch.zeros_like(mean, dtype=torch.bool)
         top[mean.topk(max(1, int(self.fraction * len(mean)))).indices] = True
-        rows = torch.arange(len(mean), device=mean.device)
-        strategy_ops.duplicate(params, optimizers, state, top)
-        self.reindexed(torch.cat([rows, rows[top].new_full((int(top.sum()),), -1)]), params)
+        self.clone_gaussians(params, optimizers, state, top)  # Adam state, statistics and listeners follow
         faint = torch.sigmoid(params["opacities"].flatten()) < self.min_opacity
         if faint.any():
             self.remove_gaussians(params, optimizers, state, faint)

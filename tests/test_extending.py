@@ -113,11 +113,11 @@ TINY_PRUNE = [
 ]
 
 
-def test_minimal_strategy_example_has_only_the_step_calls():
+def test_minimal_strategy_example_has_only_the_three_calls():
     strategy = example("my_strategy").CloneTopStrategy
     overridden = sorted(name for name, value in vars(strategy).items()
                         if callable(value) and not name.startswith("_") and hasattr(Strategy, name))
-    assert overridden == ["step_post_backward", "step_pre_backward"]
+    assert overridden == ["initialize_state", "step_post_backward", "step_pre_backward"]
 
 
 def test_minimal_strategy_example_trains_and_densifies(tmp_path, monkeypatch):

@@ -230,6 +230,16 @@ class DistContext:
         self.comm_breakdown[part] = self.comm_breakdown.get(part, 0.0) + seconds
 
     # -- strategy statistics ----------------------------------------------------------------
+    def sum_statistics(self, tensors: List[Tensor]) -> None:
+        """Sum ``tensors`` (a step's per-Gaussian increments) over the ranks in place: one flattened
+        all-reduce per dtype, counted under ``statistics``."""
+        if not self.enabled or not tensors:
+            return
+        started = time.perf_counter()
+        with _collective(self, "the statistics exchange"):
+            self.bytes_reduced += all_reduce_flat(tensors, op=dist.ReduceOp.SUM)
+        self._count("statistics", started)
+
     def reduce_statistics(self, state: Dict[str, Any], modes: Mapping[str, str]) -> None:
         """Combine the state entries ``modes`` names (``"sum"`` or ``"max"``) across ranks in place."""
         if not self.enabled:

@@ -12,6 +12,7 @@ import torch
 from ..hooks.trainer_api import GaussiansMoved
 from ..io.gaussians_file import FORMATS
 from . import checkpointing
+from .row_edits import RowEdits
 
 
 #: What a published checkpoint keeps: enough to evaluate, render and export.
@@ -20,7 +21,7 @@ PUBLISHED_KEYS = ("version", "step", "config", "sh_degree", "gaussians", "last_m
 
 class SteeringCalls:
     """Delegations over ``dist``, ``schedule``, ``run_folder``, ``strategy``, ``model``,
-    ``optimizers``, ``strategy_state``, ``data`` and ``renderer``, which the trainer sets."""
+    ``optimizers``, ``strategy_state``, ``row_edits``, ``data`` and ``renderer``, which the trainer sets."""
 
     dist: Any
     schedule: Any
@@ -33,6 +34,7 @@ class SteeringCalls:
     renderer: Any
     console: Any
     checkpoint_state: Any  # the trainer's method: the state of the current step, hooks' additions included
+    row_edits: RowEdits  # the row changes held during a step
 
     # -- what hooks read ------------------------------------------------------------
     @property
@@ -64,12 +66,30 @@ class SteeringCalls:
         """Bound densification's growth at ``limit`` Gaussians (with the strategy's own cap)."""
         self.strategy.limit_growth(limit)
 
+    # -- row changes: at once, or held while the step's gradients are live (see row_edits) --------
+    def add_gaussians(self, values: Dict[str, torch.Tensor]) -> None:
+        """Append new Gaussians with the given parameter values (one [M, ...] tensor per parameter)."""
+        self.row_edits.ask("add", values, self.model.params, self._change_rows)
+
+    def clone_gaussians(self, mask: torch.Tensor) -> None:
+        """Append a copy of each Gaussian where ``mask`` is True."""
+        self.row_edits.ask("clone", mask, self.model.params, self._change_rows)
+
+    def split_gaussians(self, mask: torch.Tensor) -> None:
+        """Replace each Gaussian where ``mask`` is True by two drawn inside it."""
+        self.row_edits.ask("split", mask, self.model.params, self._change_rows)
+
     def remove_gaussians(self, mask: torch.Tensor) -> None:
         """Remove the Gaussians where ``mask`` is True, with their optimizer and strategy state."""
-        self.strategy.remove_gaussians(self.model.params, self.optimizers, self.strategy_state, mask)
+        self.row_edits.ask("remove", mask, self.model.params, self._change_rows)
+
+    def _change_rows(self, kind: str, payload: Any) -> None:
+        """Carry out one row change through the strategy's row calls (ops, state, listeners)."""
+        change = getattr(self.strategy, f"{kind}_gaussians")
+        change(self.model.params, self.optimizers, self.strategy_state, payload)
 
     def on_gaussians_moved(self, listener: GaussiansMoved) -> None:
-        """Call ``listener(sources, params)`` whenever the strategy changes the rows."""
+        """Call ``listener(sources, params)`` whenever the strategy or a row call changes the rows."""
         self.strategy.add_reindex_listener(listener)
 
     def learning_rates(self) -> Dict[str, float]:

@@ -18,7 +18,7 @@ from ..distributed import DistContext, RankConsole
 from ..errors import UserError
 from ..hooks.base import Hook
 from ..hooks.dispatch import HookDispatcher
-from ..hooks.trainer_api import StepOutputs
+from ..hooks.trainer_api import StepOutputs, StrategyContext
 from ..metrics import Evaluator, mean_metrics
 from ..optim import clear_grads, step_optimizers
 from ..registry import TRAINERS
@@ -29,6 +29,7 @@ from .batching import mean_losses, micro_batches
 from .build import build_components, build_hooks
 from .replicas import check_replicas
 from .run_config import prepare_config
+from .row_edits import RowEdits
 from .run_folder import RunFolder
 from .setup import resolve_device, seed_everything
 from .steering import SteeringCalls
@@ -68,6 +69,8 @@ class DefaultTrainer(SteeringCalls):
         self.model, self.renderer, self.strategy, self.loss = built.model, built.renderer, built.strategy, built.loss
         self.schedule, self.optimizers, self.schedulers = built.schedule, built.optimizers, built.schedulers
         self.strategy_state, self.view_opt = built.strategy_state, built.view_opt
+        self.row_edits = RowEdits()  #: the row changes hooks ask while a step's gradients are live
+        self.strategy.add_reindex_listener(self.row_edits.follow)
         self.resolution = built.resolution  #: the coarse-to-fine schedule the steps follow (None: full resolution)
         self.densify_after_step = bool(cfg.optim.densify_after_step)
         self.replica_check_interval = int(cfg.trainer.replica_check_interval)  # read once: config reads are slow per step
@@ -254,6 +257,7 @@ class DefaultTrainer(SteeringCalls):
         sh_degree = schedule.sh_degree_at(step)
         chunks = micro_batches(batch, schedule.batch_size)
         infos, terms = [], []
+        self.row_edits.hold()  # row changes asked until the update is done wait for it
         for chunk in chunks:
             render = self.renderer.render(
                 self.model, self.view_opt.cameras(chunk), sh_degree, chunk["background"], depth=schedule.render_depth
@@ -278,24 +282,34 @@ class DefaultTrainer(SteeringCalls):
         outputs = StepOutputs(render=render, losses=losses, sh_degree=sh_degree, batch=batch)
         self.call_hook("after_backward", step, outputs)
         agree_on_step(self.dist, self.hooks.hooks, outputs)
-        if not outputs.skip_update:
-            if self.densify_after_step:  # gsplat's order: the step's update survives refinement
-                self.call_hook("before_optimizer_step", step, outputs)
-                step_optimizers(self.optimizers, infos)
-                self.strategy.post_backward(self.model.params, self.optimizers, self.strategy_state, step, infos)
-                self._check_not_empty(step)
-            else:  # the 3DGS order
-                self.strategy.post_backward(self.model.params, self.optimizers, self.strategy_state, step, infos)
-                self._check_not_empty(step)
-                self.call_hook("before_optimizer_step", step, outputs)
-                step_optimizers(self.optimizers, infos)
+        self._update(step, outputs, infos)
         clear_grads(self.optimizers)
+        if self.row_edits.release(self._change_rows):  # the row changes hooks asked during the step
+            self._check_not_empty(step)
         self.view_opt.step(step, update=not outputs.skip_update)
         for scheduler in self.schedulers:
             scheduler.step(step)
         self.completed_step = step  # the state is now step ``step``'s, whatever a hook does next
         self.call_hook("after_train_iter", step, batch, outputs)
         return outputs
+
+    def _update(self, step: int, outputs: StepOutputs, infos: List[Dict[str, Any]]) -> None:
+        """The optimizer step and the strategy's ``step_post_backward`` (with the step's
+        :class:`StrategyContext`) in the configured order; neither when a hook skipped the update."""
+        if outputs.skip_update:
+            return
+        context = StrategyContext(step=step, batch=outputs.batch, render=outputs.render, infos=infos,
+                                  last_metrics=self.last_metrics, renderer=self.renderer)
+        if self.densify_after_step:  # gsplat's order: the step's update survives refinement
+            self.call_hook("before_optimizer_step", step, outputs)
+            step_optimizers(self.optimizers, infos)
+            self.strategy.post_backward(self.model.params, self.optimizers, self.strategy_state, step, infos, context)
+            self._check_not_empty(step)
+        else:  # the 3DGS order
+            self.strategy.post_backward(self.model.params, self.optimizers, self.strategy_state, step, infos, context)
+            self._check_not_empty(step)
+            self.call_hook("before_optimizer_step", step, outputs)
+            step_optimizers(self.optimizers, infos)
 
     def _follow_resolution(self, step: int) -> None:
         """Serve the training views at the schedule's factor for ``step`` (a change is one line)."""

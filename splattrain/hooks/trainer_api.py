@@ -105,6 +105,30 @@ class RunSchedule:
 GaussiansMoved = Callable[[torch.Tensor, Dict[str, torch.Tensor]], None]
 
 
+@dataclass(frozen=True)
+class StrategyContext:
+    """What a densification strategy sees of a training step beyond its ``info``: handed to
+    ``step_post_backward(..., context=...)`` once per step (when its signature takes ``context``).
+
+    ``batch`` and ``render`` are this rank's: the step's views (``image`` [C,H,W,3], ``camera``,
+    ``image_id``, ...) and the last micro-batch's render; ``infos`` holds every micro-batch's
+    ``info`` in order (the last is ``render.info``); ``last_metrics`` the last validation's mean
+    metrics ({} before the first); ``renderer`` the run's renderer (to render more views).
+    """
+
+    step: int
+    batch: Dict[str, Any]
+    render: "RenderResult"
+    infos: List[Dict[str, Any]]
+    last_metrics: Dict[str, Any]
+    renderer: "Renderer"
+
+    @property
+    def info(self) -> Dict[str, Any]:
+        """The last micro-batch's ``info`` (the one ``step_post_backward`` gets)."""
+        return self.render.info
+
+
 @runtime_checkable
 class Trainer(Protocol):
     """The trainer as hooks and plugins see it (:class:`~splattrain.engine.DefaultTrainer` is one).
@@ -181,12 +205,31 @@ class Trainer(Protocol):
         the strategy's own ``max_gaussians``; None lifts this bound). A ConfigError when the
         strategy cannot cap its growth."""
 
+    # Row changes: each mask is over the rows ``model`` holds when the call is made. Made while a
+    # step's gradients are live (the before_backward, after_backward and before_optimizer_step
+    # hooks), a change is held and carried out right after the step's optimizer step and
+    # densification, before the schedulers step and ``after_train_iter``, its mask following the
+    # rows changed meanwhile; made anywhere else, at once. Every rank must make the same calls.
+    def add_gaussians(self, values: Dict[str, torch.Tensor]) -> None:
+        """Append new Gaussians: ``values[name]`` [M, ...] for every parameter (``means``,
+        ``scales``, ``quats``, ``opacities``, ``sh0``, ``shN``, in the model's own units: log
+        scales, opacity logits); their Adam state and strategy statistics start at zero."""
+
+    def clone_gaussians(self, mask: torch.Tensor) -> None:
+        """Append a copy of each Gaussian where ``mask`` ([N] bool) is True (strategy statistics
+        copied, Adam state fresh), as the 3DGS densification clones."""
+
+    def split_gaussians(self, mask: torch.Tensor) -> None:
+        """Replace each Gaussian where ``mask`` ([N] bool) is True by two drawn inside it, 1.6x
+        smaller (the kept Gaussians come first, then the pairs), as the 3DGS densification splits."""
+
     def remove_gaussians(self, mask: torch.Tensor) -> None:
         """Remove the Gaussians where ``mask`` ([N] bool) is True, with their optimizer and
-        strategy state (listeners of :meth:`on_gaussians_moved` hear of it)."""
+        strategy state."""
 
     def on_gaussians_moved(self, listener: GaussiansMoved) -> None:
-        """Call ``listener(sources, params)`` whenever densification or a removal changes the rows."""
+        """Call ``listener(sources, params)`` after every change of the rows: the strategy's
+        densification and each of the row calls above."""
 
     def paused(self) -> AbstractContextManager[None]:
         """A context in which the run is paused: its time is left out of ``train_seconds`` and

@@ -75,7 +75,8 @@ class DefaultStrategy(Strategy):
         """Keep the gradient of ``info["means2d"]`` (the densification signal)."""
         info["means2d"].retain_grad()
 
-    def step_post_backward(self, params, optimizers, state: Dict[str, Any], step: int, info: Info) -> None:
+    def step_post_backward(self, params, optimizers, state: Dict[str, Any], step: int, info: Info,
+                           context: Any = None) -> None:
         """Accumulate this batch, then grow, prune and reset when due."""
         if step >= self.refine_stop_iter:
             return
@@ -142,19 +143,9 @@ class DefaultStrategy(Strategy):
                         is_split: Tensor) -> Tuple[int, int]:
         """Clone the Gaussians of ``is_dupli`` and split those of ``is_split`` (disjoint masks);
         returns (cloned, split)."""
-        grads = state["grad2d"]
-        count = len(grads)
-        n_dupli, n_split = int(is_dupli.sum()), int(is_split.sum())
-        rows = torch.arange(count, device=grads.device)
-        if n_dupli > 0:
-            ops.duplicate(params, optimizers, state, is_dupli)
-            self.reindexed(torch.cat([rows, rows.new_full((n_dupli,), -1)]), params)
+        n_dupli = self.clone_gaussians(params, optimizers, state, is_dupli)
         is_split = torch.cat([is_split, is_split.new_zeros(n_dupli)])  # clones are not split
-        if n_split > 0:
-            ops.split(params, optimizers, state, is_split, revised_opacity=self.revised_opacity)
-            kept = (~is_split).nonzero(as_tuple=True)[0]
-            self.reindexed(torch.cat([kept, kept.new_full((2 * n_split,), -1)]), params)
-        return n_dupli, n_split
+        return n_dupli, self.split_gaussians(params, optimizers, state, is_split)
 
     def _within_cap(self, is_dupli: Tensor, is_split: Tensor, grads: Tensor) -> Tuple[Tensor, Tensor]:
         """Keep the candidates with the largest gradients that fit under ``max_gaussians``."""

@@ -61,7 +61,8 @@ class MCMCStrategy(Strategy):
         """The paper's opacity and scale regularisers."""
         return [{"type": "opacity_reg", "weight": 0.01}, {"type": "scale_reg", "weight": 0.01}]
 
-    def step_post_backward(self, params, optimizers, state: Dict[str, Any], step: int, info: Info) -> None:
+    def step_post_backward(self, params, optimizers, state: Dict[str, Any], step: int, info: Info,
+                           context: Any = None) -> None:
         """Relocate and add Gaussians when due, then add position noise at the current means rate."""
         state["binoms"] = binoms = state["binoms"].to(params["means"].device)
         if self.refines_at(step):

@@ -1,4 +1,4 @@
-"""Densification ops on Gaussian parameters and their Adam state: duplicate, split, remove,
+"""Densification ops on Gaussian parameters and their Adam state: duplicate, split, remove, append,
 reset opacities, and the shared machinery to rewrite a parameter together with its optimizer state.
 
 Every op edits ``params`` (a dict or ParameterDict of [N, ...] tensors, one per group) in place,
@@ -10,7 +10,7 @@ so results match gsplat's ``DefaultStrategy`` step for step.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterable, MutableMapping, Optional
+from typing import Callable, Dict, Iterable, Mapping, MutableMapping, Optional
 
 import torch
 import torch.nn.functional as F
@@ -125,6 +125,40 @@ def remove(params: Params, optimizers: Optimizers, state: Dict[str, object], mas
     for key, value in state.items():
         if isinstance(value, Tensor):
             state[key] = value[keep]
+
+
+def check_new_rows(params: Params, values: Mapping[str, Tensor]) -> int:
+    """The number of new Gaussians ``values`` describes (see :func:`append`); ValueError naming
+    what does not fit ``params``."""
+    missing = [name for name in params.keys() if name not in values]
+    if missing:
+        raise ValueError(f"new Gaussians need a value for every parameter; missing: {', '.join(missing)}")
+    for name in params.keys():
+        value = values[name]
+        if not isinstance(value, Tensor) or tuple(value.shape[1:]) != tuple(params[name].shape[1:]):
+            shape = list(value.shape[1:]) if isinstance(value, Tensor) else type(value).__name__
+            raise ValueError(f"new Gaussians' '{name}' has rows of shape {shape}, the parameter "
+                             f"{list(params[name].shape[1:])}")
+    counts = sorted({len(values[name]) for name in params.keys()})
+    if len(counts) != 1:
+        raise ValueError(f"new Gaussians' parameters have different row counts: {counts}")
+    return counts[0]
+
+
+@torch.no_grad()
+def append(params: Params, optimizers: Optimizers, state: Dict[str, object], values: Mapping[str, Tensor]) -> None:
+    """Append new Gaussians after the others: ``values[name]`` [M, ...] for every parameter (their
+    Adam state starts at zero; every tensor of ``state`` gets M rows of zeros). ValueError when a
+    parameter is missing or its rows do not fit."""
+    n = check_new_rows(params, values)
+    update_params_and_optimizers(
+        lambda name, p: _new_param(torch.cat([p, values[name].detach().to(p.device, p.dtype)]), p),
+        lambda key, v: torch.cat([v, _zeros(n, v)]),
+        params, optimizers,
+    )
+    for key, value in state.items():
+        if isinstance(value, Tensor):
+            state[key] = torch.cat((value, _zeros(n, value)))
 
 
 @torch.no_grad()

@@ -1,22 +1,22 @@
-"""The densification strategy protocol: what the trainer calls, when, and what it may rely on."""
+"""The densification strategy protocol: gsplat's three calls, what the trainer hands them and
+when, and the optional members (each with a default here)."""
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Protocol, Tuple
 
 import torch
 from torch import Tensor
 
 from ..errors import ConfigError
 from ..steps import check_step_annotations, option_defaults, scale_options, step_kinds
-from . import ops
-
-#: Called with ``sources`` (LongTensor [N_new]: the row each Gaussian continues, -1 for one that was
-#: created or re-initialised and starts from its current values) and the parameters after the change.
-ReindexListener = Callable[[Tensor, Mapping[str, Tensor]], None]
+from .rows import ReindexListener, RowChanges
 
 Info = Dict[str, Any]
+
+__all__ = ["Info", "ReindexListener", "SceneFacts", "StatisticsReducer", "Strategy"]
 
 
 @dataclass(frozen=True)
@@ -31,31 +31,35 @@ class SceneFacts:
 
 
 class StatisticsReducer(Protocol):
-    """Combines strategy statistics across ranks (see :meth:`Strategy.reduced_statistics`)."""
+    """Combines strategy statistics across ranks (the run's rank context is one)."""
+
+    def sum_statistics(self, tensors: List[Tensor]) -> None: ...
 
     def reduce_statistics(self, state: Dict[str, Any], modes: Mapping[str, str]) -> None: ...
 
     def release_statistics(self, state: Dict[str, Any], modes: Mapping[str, str]) -> None: ...
 
 
-class Strategy:
+class Strategy(RowChanges):
     """Base class of densification strategies (register subclasses with ``@STRATEGIES.register()``).
 
     A strategy is a dataclass whose fields are its config options (``strategy: {type: name,
-    **options}``, each option checked against the fields). Per training step the trainer calls,
-    in this order:
+    **options}``, each option checked against the fields). Writing one means gsplat's three calls:
 
-    1. :meth:`step_pre_backward` once per rendered batch, after rendering and computing the
+    1. :meth:`initialize_state` once when the run is built: the running state (a dict);
+    2. :meth:`step_pre_backward` once per rendered batch, after rendering and computing the
        loss, before the ``before_backward`` hooks and ``loss.backward()`` (e.g. to keep
        ``info["means2d"]``'s gradient);
-    2. :meth:`post_backward` once, after every batch's backward and the ``after_backward``
-       hooks, after the optimizer step (before it with ``optim.densify_after_step: false``; not
-       at all when a hook set ``outputs["skip_update"]``),
-       with the ``info`` of each rendered batch (gsplat's layout: ``means2d`` with its ``.grad``,
-       ``radii`` [C, N, 2], ``width``, ``height``, ``n_cameras``: the step's total view count).
-       It may add, remove or move Gaussians: it must do so through :mod:`splattrain.strategy.ops`
-       (or :func:`ops.update_params_and_optimizers`) so parameters and optimizer state stay
-       aligned, and report every row change with :meth:`reindexed`.
+    3. :meth:`step_post_backward` once per step, after every batch's backward and the
+       ``after_backward`` hooks, after the optimizer step (before it with
+       ``optim.densify_after_step: false``; not at all when a hook set ``outputs["skip_update"]``),
+       with the last rendered batch's ``info`` (gsplat's layout: ``means2d`` with its ``.grad``,
+       ``radii`` [C, N, 2], ``width``, ``height``, ``n_cameras``: the step's total view count) and,
+       as the keyword ``context`` when its signature takes one, the step's
+       ``StrategyContext`` (batch, render, every batch's info, last validation metrics).
+       It may add, remove or move Gaussians through :mod:`splattrain.strategy.ops` or the row
+       calls of :class:`~splattrain.strategy.rows.RowChanges`, which keep parameters, optimizer
+       state and strategy state aligned and report the change (:meth:`reindexed`).
 
     ``state`` is the dict :meth:`initialize_state` returned; the trainer keeps it
     (``trainer.strategy_state``), hands it to every call, saves it in checkpoints and restores it
@@ -64,28 +68,23 @@ class Strategy:
     are given: tensors with one row per Gaussian are listed by :meth:`per_gaussian` (all of
     them, by default) and follow every op; keep other values as Python numbers.
 
-    Several ranks (data-parallel training): every rank renders its own views, so statistics a
-    strategy accumulates differ between ranks. :meth:`reduced_statistics` names the state entries
-    to combine (``"sum"`` or ``"max"``) and the strategy calls :meth:`sync_statistics` after
-    accumulating and before any refinement decision; afterwards every rank holds the totals and
-    makes the same decisions. After :meth:`post_backward` the ranks other than 0 zero their
-    summed entries again, so rank 0 (and its checkpoints) holds the run's totals. Random choices
-    must come from generators seeded alike on every rank and draw the same amounts (the global
-    torch generator is: every rank has the same seed and the same parameters).
-
-    A minimal strategy overrides :meth:`step_post_backward` (and :meth:`step_pre_backward` if it
-    reads gradients of ``info``); everything else has a default.
+    Several ranks (data-parallel training): every rank renders its own views, so statistics differ
+    between ranks. Statistics added with :meth:`add_statistics` are summed over the ranks as they
+    are added, so every rank holds the totals and decides alike, with nothing to declare. A
+    strategy may instead accumulate per rank and combine only when it decides (cheaper): it names
+    the entries in :meth:`reduced_statistics` (``"sum"`` or ``"max"``) and calls
+    :meth:`sync_statistics` before a decision (the built-in strategies do). Random choices must
+    come from generators seeded alike on every rank and draw the same amounts (the global torch
+    generator is: every rank has the same seed and the same parameters).
 
     Step-valued fields are annotated :data:`~splattrain.steps.Steps` (a point or period in the
     run: they follow ``trainer.schedule_steps`` and ``steps_scaler``) or
     :data:`~splattrain.steps.Window` (how many steps of statistics a decision reads: only
     ``steps_scaler``); :meth:`scale_steps` scales them. A strategy that refines or resets on a
-    schedule says when in :meth:`refines_at` / :meth:`resets_at`, which its step uses and from
-    which :meth:`events` lists the run's events.
-
-    Caps: a strategy that can bound the number of Gaussians sets ``supports_cap = True`` and has
-    a ``max_gaussians`` field (0: no cap) that it honours when growing; the trainer lowers it
-    during a run when a hook asks (:meth:`limit_growth`).
+    schedule says when in :meth:`refines_at` / :meth:`resets_at`, from which :meth:`events` lists
+    the run's events. Caps: a strategy that can bound the number of Gaussians sets
+    ``supports_cap = True`` and has a ``max_gaussians`` field (0: no cap) that it honours when
+    growing; the trainer lowers it during a run when a hook asks (:meth:`limit_growth`).
     """
 
     supports_cap: bool = False
@@ -147,6 +146,7 @@ class Strategy:
         """Called once when the trainer is built, before :meth:`initialize_state`: size options
         by the scene (e.g. a Gaussian budget from the training pixels). Does nothing by default."""
 
+    # -- the three calls ---------------------------------------------------------------------
     def initialize_state(self, scene_scale: float = 1.0) -> Dict[str, Any]:
         """The running state of a new run (``scene_scale``: the cameras' extent in world units)."""
         return {"scene_scale": scene_scale}
@@ -154,21 +154,45 @@ class Strategy:
     def step_pre_backward(self, params, optimizers, state: Dict[str, Any], step: int, info: Info) -> None:
         """Before ``loss.backward()`` of each rendered batch."""
 
+    def step_post_backward(self, params, optimizers, state: Dict[str, Any], step: int, info: Info,
+                           context: Any = None) -> None:
+        """After backward, with the last rendered batch's ``info`` and the step's
+        ``StrategyContext`` (None when called without one, as gsplat's trainers do): refine when due."""
+
+    # -- how the trainer drives them ---------------------------------------------------------
     def accumulate(self, params, state: Dict[str, Any], step: int, info: Info) -> None:
-        """Add one rendered batch's statistics to ``state`` (called by :meth:`post_backward`)."""
+        """Add one rendered batch's statistics to ``state``: :meth:`post_backward` calls it for every
+        batch but the last (whose ``info`` :meth:`step_post_backward` gets). Nothing by default."""
 
-    def step_post_backward(self, params, optimizers, state: Dict[str, Any], step: int, info: Info) -> None:
-        """After backward, with the last rendered batch's ``info``: refine when due."""
-
-    def post_backward(self, params, optimizers, state: Dict[str, Any], step: int, infos: List[Info]) -> None:
-        """Once per step with every rendered batch's ``info``: :meth:`accumulate` all but the last,
-        then :meth:`step_post_backward` with the last (which accumulates it and refines)."""
+    def post_backward(self, params, optimizers, state: Dict[str, Any], step: int, infos: List[Info],
+                      context: Any = None) -> None:
+        """What the trainer calls once per step, with every rendered batch's ``info``:
+        :meth:`accumulate` all but the last, then :meth:`step_post_backward` with the last (and
+        ``context=`` when its signature takes it), then :meth:`release_statistics`."""
         for info in infos[:-1]:
             self.accumulate(params, state, step, info)
-        self.step_post_backward(params, optimizers, state, step, infos[-1])
+        if context is not None and takes_context(type(self)):
+            self.step_post_backward(params, optimizers, state, step, infos[-1], context=context)
+        else:
+            self.step_post_backward(params, optimizers, state, step, infos[-1])
         self.release_statistics(state)
 
     # -- several ranks -----------------------------------------------------------------------
+    def add_statistics(self, state: Dict[str, Any], **values: Tensor) -> None:
+        """Add each of ``values`` (one row per Gaussian, from this rank's views) to the running sum
+        ``state[name]`` (allocated at first use; a count becomes float32), summed over the ranks: every
+        rank then holds the totals, so decisions read from them agree with no further call, and a
+        checkpoint holds them whatever world size resumes it. On several ranks this is one all-reduce
+        per call: make it at the same points on every rank."""
+        names = list(values)
+        increments = [v.detach().float() if not v.is_floating_point() else v.detach().clone() for v in values.values()]
+        reducer = self.__dict__.get("_statistics_reducer")
+        if reducer is not None:
+            reducer.sum_statistics(increments)
+        for name, increment in zip(names, increments):
+            total = state.get(name)
+            state[name] = increment if total is None else total.add_(increment)
+
     def reduced_statistics(self, state: Dict[str, Any]) -> Dict[str, str]:
         """The ``state`` entries accumulated per rank that must be combined across ranks before a
         refinement decision: key -> ``"sum"`` or ``"max"`` (none by default)."""
@@ -197,32 +221,15 @@ class Strategy:
         not list ``loss.terms`` itself (e.g. MCMC's opacity and scale regularisers)."""
         return []
 
-    def per_gaussian(self, state: Dict[str, Any]) -> Dict[str, Any]:
-        """The part of ``state`` holding one row per Gaussian (every tensor, by default)."""
-        return state
 
-    # -- row changes ------------------------------------------------------------------------
-    @property
-    def _reindex_listeners(self) -> List[ReindexListener]:
-        listeners = self.__dict__.get("_listeners")
-        if listeners is None:
-            listeners = self.__dict__["_listeners"] = []
-        return listeners
+def takes_context(cls: type) -> bool:
+    """Whether ``cls.step_post_backward`` takes the keyword ``context`` (or any keyword)."""
+    cached = _TAKES_CONTEXT.get(cls)
+    if cached is None:
+        parameters = inspect.signature(cls.step_post_backward).parameters.values()
+        cached = _TAKES_CONTEXT[cls] = any(p.name == "context" or p.kind is inspect.Parameter.VAR_KEYWORD
+                                           for p in parameters)
+    return cached
 
-    def add_reindex_listener(self, listener: ReindexListener) -> None:
-        """Call ``listener(sources, params)`` after every op that moves, adds or removes Gaussians."""
-        if listener not in self._reindex_listeners:
-            self._reindex_listeners.append(listener)
 
-    def reindexed(self, sources: Tensor, params: Mapping[str, Tensor]) -> None:
-        """Tell the listeners how rows moved: ``sources[i]`` is the old row of new row ``i`` (-1: new)."""
-        for listener in self._reindex_listeners:
-            listener(sources, params)
-
-    def remove_gaussians(self, params, optimizers, state: Dict[str, Any], mask: Tensor) -> None:
-        """Remove the Gaussians where ``mask`` is True, with their optimizer and strategy state,
-        and tell the listeners: the way for hooks to drop Gaussians outside densification."""
-        per_gaussian = self.per_gaussian(state)
-        ops.remove(params, optimizers, per_gaussian, mask)
-        state.update(per_gaussian)
-        self.reindexed((~mask).nonzero(as_tuple=True)[0], params)
+_TAKES_CONTEXT: Dict[type, bool] = {}
