@@ -140,6 +140,14 @@ def defer(watchdog: bool = False) -> None:
         _installed.setdefault(signum, previous)
 
 
+def reinstall() -> None:
+    """Put :func:`defer`'s handlers back in place of any a native library installed meanwhile
+    (glog's failure handler takes SIGTERM when pycolmap loads); no-op outside :func:`defer`."""
+    if _in_main_thread():
+        for signum in _installed:
+            signal.signal(signum, _record)
+
+
 def restore() -> None:
     """The handlers from before :func:`defer`; forgets a pending signal and stops the watchdog."""
     global _pending, _snapshot, _watchdog

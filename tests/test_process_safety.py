@@ -4,6 +4,7 @@ photos before COLMAP sees them, and names a damaged or planted work file in one 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import struct
@@ -151,7 +152,7 @@ def test_too_few_usable_photos_stop_in_one_line_naming_them(tmp_path):
 
 
 # -- the work folder ---------------------------------------------------------------------------------
-def test_a_linked_work_folder_and_a_database_that_is_not_one_are_refused(scene, tmp_path):
+def test_a_linked_work_folder_and_a_vouched_for_database_that_is_not_one_are_refused(scene, tmp_path):
     copied = copy_scene(scene, tmp_path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -163,35 +164,91 @@ def test_a_linked_work_folder_and_a_database_that_is_not_one_are_refused(scene, 
     assert_one_line_error(result, str(copied / "colmap"), "symbolic link")
     assert files_of(copied) == before and files_of(elsewhere) == outside
 
-    copied = copy_scene(scene, tmp_path / "second")
-    (copied / "colmap" / "database.db").write_text("a spreadsheet, not a database\n")
-    before = files_of(copied)
-    result = run_cli("process", str(tmp_path / "second" / "photos"), str(copied))
-    assert_one_line_error(result, str(copied / "colmap" / "database.db"), "not a COLMAP database")
-    assert files_of(copied) == before
-
+    # a database the marker vouches for (its size and hash written in) is still checked before
+    # anything writes it: one that is not COLMAP's is named, never deleted
     import sqlite3
 
-    (copied / "colmap" / "database.db").unlink()
-    connection = sqlite3.connect(copied / "colmap" / "database.db")
-    connection.execute("CREATE TABLE budget (item TEXT, cost REAL)")
-    connection.commit()
-    connection.close()
-    before = files_of(copied)
-    result = run_cli("process", str(tmp_path / "second" / "photos"), str(copied))
-    assert_one_line_error(result, str(copied / "colmap" / "database.db"), "an SQLite database that is not COLMAP's")
-    assert files_of(copied) == before
+    copied = copy_scene(scene, tmp_path / "second")
+    db = copied / "colmap" / "database.db"
+    for extra in ("database.db-wal", "database.db-shm"):
+        (copied / "colmap" / extra).unlink(missing_ok=True)
+    for content, complaint in ((b"a spreadsheet, not a database\n", "not a COLMAP database"),
+                               (None, "an SQLite database that is not COLMAP's")):
+        db.unlink()
+        if content is None:
+            connection = sqlite3.connect(db)
+            connection.execute("CREATE TABLE budget (item TEXT, cost REAL)")
+            connection.commit()
+            connection.close()
+        else:
+            db.write_bytes(content)
+        marker = json.loads((copied / ".splattrain-process").read_text())
+        files = {name: entry for name, entry in marker["files"].items() if (copied / name).is_file()}
+        files["colmap/database.db"] = [db.stat().st_size, hashlib.sha256(db.read_bytes()).hexdigest()]
+        marker["files"] = files
+        (copied / ".splattrain-process").write_text(json.dumps(marker) + "\n")
+        before = files_of(copied)
+        result = run_cli("process", str(tmp_path / "second" / "photos"), str(copied))
+        assert_one_line_error(result, str(db), complaint)
+        assert files_of(copied) == before
 
 
-def test_a_damaged_options_file_is_named_and_rebuilt(scene, tmp_path):
+def test_a_damaged_options_file_is_moved_aside_and_the_database_started_afresh(scene, tmp_path):
     copied = copy_scene(scene, tmp_path)
     options = copied / "colmap" / "options.json"
     options.write_text('{"input": "/somewhere", "camera')  # cut short, as an interrupted write would
-    result = run_cli("process", str(tmp_path / "photos"), str(copied))
+    result = run_cli("process", str(scene.parent / "photos"), str(copied))  # the same photos: the database fits
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr
-    assert f"warning: {options} was damaged; it is written again and the database started afresh" in result.stdout
+    (aside,) = tmp_path.glob("scene.old-*")
+    assert f"warning: {copied / 'colmap'}: options.json not written by splattrain process, or changed since" \
+        in result.stdout
+    assert (aside / "colmap" / "options.json").read_text() == '{"input": "/somewhere", "camera'
+    assert "reused from the last run" not in result.stdout  # which input the database was made from is unknown
     assert json.loads(options.read_text())["camera"] == "per-image"
+
+
+def test_a_refined_model_in_the_work_folder_is_moved_aside_on_the_next_run(scene, tmp_path):
+    """``colmap/sparse/0`` edited after process wrote it (a model refined in COLMAP's GUI) and a
+    file added beside the database: the next run moves both aside, byte for byte, and reuses the
+    features and matches it wrote."""
+    copied = copy_scene(scene, tmp_path)
+    model = copied / "colmap" / "sparse" / "0"
+    (model / "points3D.bin").write_bytes((model / "points3D.bin").read_bytes() + b"refined")
+    (copied / "colmap" / "notes.txt").write_text("bundle adjusted twice\n")
+    refined = {f"colmap/sparse/0/{name}": data for name, data in files_of(model).items()}
+    result = run_cli("process", str(scene.parent / "photos"), str(copied))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "8 reused from the last run" in result.stdout and "28 pairs reused from the last run" in result.stdout
+    (aside,) = tmp_path.glob("scene.old-*")
+    kept = {name: data for name, data in files_of(aside).items() if name.startswith("colmap/")}
+    assert kept == {**refined, "colmap/notes.txt": b"bundle adjusted twice\n"}
+    assert (copied / "colmap" / "sparse" / "0" / "points3D.bin").read_bytes() != refined["colmap/sparse/0/points3D.bin"]
+
+
+def test_dot_and_dot_dot_name_the_output_folder_they_stand_for(scene, tmp_path):
+    """``process PHOTOS .`` in a scene and ``process PHOTOS ..`` from its ``images_8/``: the folder
+    they name is the output (the last scene moved to ``<scene>.old-<time>`` beside it, nothing
+    moved into the working folder); input and output inside one another are refused first."""
+    photos = scene.parent / "photos"
+    for name, cwd_of in ((".", lambda copied: copied), ("..", lambda copied: copied / "images_8")):
+        root = tmp_path / ("dot" if name == "." else "dotdot")
+        root.mkdir()
+        copied = Path(shutil.copytree(scene, root / "scene", symlinks=True))
+        before = files_of(copied)
+        result = run_cli("process", str(photos), name, cwd=cwd_of(copied))
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "28 pairs reused from the last run" in result.stdout
+        (aside,) = root.glob("scene.old-*")
+        assert files_of(aside) == {path: data for path, data in before.items() if path.split("/")[0] in
+                                   ("images", "sparse", "images_2", "images_4", "images_8")}
+        assert sorted(p.name for p in (copied / "images_8").iterdir()) == [f"{n}.jpg" for n in range(1, 9)]
+        assert sorted(p.name for p in root.iterdir()) == ["scene", aside.name]
+    copied = tmp_path / "dot" / "scene"
+    before = files_of(copied)
+    assert_one_line_error(run_cli("process", ".", "..", cwd=copied / "images"), "the input is inside the output")
+    assert_one_line_error(run_cli("process", "..", ".", cwd=copied / "images"), "output folder is inside the input")
+    assert files_of(copied) == before
 
 
 def noise_video(path: Path, frames: int = 6, size: tuple = (160, 120)) -> Path:
@@ -207,7 +264,7 @@ def noise_video(path: Path, frames: int = 6, size: tuple = (160, 120)) -> Path:
     return path
 
 
-def test_a_damaged_frame_manifest_is_named_and_the_frames_extracted_again(tmp_path):
+def test_a_damaged_frame_manifest_is_moved_aside_with_its_frames_and_they_are_extracted_again(tmp_path):
     video = noise_video(tmp_path / "noise.mp4")
     scene = tmp_path / "scene"
     first = run_cli("process", str(video), str(scene))
@@ -215,9 +272,12 @@ def test_a_damaged_frame_manifest_is_named_and_the_frames_extracted_again(tmp_pa
     manifest = scene / "colmap" / "frames" / "frames.json"
     assert json.loads(manifest.read_text())["report"]["kept"] == 6
     manifest.write_text('{"key": {"video": ')
+    frames = files_of(scene / "colmap" / "frames")
     result = run_cli("process", str(video), str(scene))
     assert "Traceback" not in result.stdout + result.stderr
-    assert f"warning: {manifest} was damaged; the frames are extracted again" in result.stdout
+    assert f"warning: {scene / 'colmap'}: frames not written by splattrain process, or changed since" in result.stdout
+    (aside,) = tmp_path.glob("scene.old-*")
+    assert files_of(aside / "colmap" / "frames") == frames  # the frames stay with their manifest
     assert result.stderr.strip().splitlines()[-1] == first.stderr.strip().splitlines()[-1]
     assert json.loads(manifest.read_text())["report"]["kept"] == 6
 
