@@ -80,3 +80,23 @@ def test_the_default_trainer_has_every_protocol_member(tmp_path: Path) -> None:
     missing = sorted(name for name in protocol_members() if not hasattr(trainer, name))
     assert not missing
     assert isinstance(trainer, Trainer)
+
+
+#: Calls that would make a hook save or hold the run itself rather than ask the engine.
+SAVES_OR_BLOCKS = {"save_checkpoint", "paused", "sleep"}
+
+
+def test_no_hook_saves_a_checkpoint_or_holds_the_loop_itself() -> None:
+    """Hooks ask (``request_checkpoint``, ``request_pause``); the engine saves and pauses after the
+    step and its validation. No hook module calls a save, enters a pause or loops waiting."""
+    found = []
+    for path in HOOK_MODULES:
+        if path.name in ("trainer_api.py", "dispatch.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SAVES_OR_BLOCKS:
+                found.append(f"{path.name}:{node.lineno} {node.func.attr}()")
+            if isinstance(node, ast.While):
+                found.append(f"{path.name}:{node.lineno} while")
+    assert not found, found
+    assert "save_checkpoint" not in protocol_members() and "paused" not in protocol_members()

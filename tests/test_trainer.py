@@ -65,9 +65,9 @@ def test_every_point_fires_in_documented_order(tmp_path):
     for i in range(n_test):
         val += [("before_val_iter", i), ("after_val_iter", i)]
     val += [("after_val", None)]
-    expected = [("before_run", None), ("before_train", None)]
+    expected = [("check", None), ("before_run", None), ("before_train", None)]
     expected += step(1) + step(2) + val + step(3) + step(4)
-    expected += [("before_save_checkpoint", None)] + val + [("after_train", None), ("after_run", None)]
+    expected += val + [("before_save_checkpoint", None), ("after_train", None), ("after_run", None)]
     assert calls == expected
 
 

@@ -3,45 +3,78 @@ requests hooks made (stop, validate, save). Signals are agreed on in :mod:`.sign
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..distributed import DistContext
 from ..hooks.base import Hook
 from ..hooks.trainer_api import StepOutputs
 
 
+#: The checkpoints asked during a step: name (None: ``step_XXXXXX.pt``) -> how many step
+#: checkpoints to keep (0: all).
+Saves = Dict[Optional[str], int]
+
+
 class StepRequests:
-    """What hooks asked during the running step (stop with a reason, validate, save), held until
-    the trainer acts on them after the step, as every rank agrees."""
+    """What hooks asked during the running step (stop with a reason, validate, save checkpoints,
+    pause), held until the trainer acts on them after the step and its validation, as every rank
+    agrees (a pause is the asking rank's own)."""
 
     def __init__(self) -> None:
         self.stop: Optional[str] = None
         self.validate = False
-        self.checkpoint = False
+        self.saves: Saves = {}
+        self.pause: Optional[Callable[[], bool]] = None
 
     def ask_stop(self, reason: str) -> None:
         """Stop after the step (the first reason given is kept)."""
         if self.stop is None:
             self.stop = str(reason)
 
-    def take_checkpoint(self) -> bool:
-        """Whether a checkpoint was asked, forgetting the ask."""
-        asked, self.checkpoint = self.checkpoint, False
-        return asked
+    def ask_checkpoint(self, name: Optional[str] = None, keep_last: int = 0) -> None:
+        """Save a checkpoint (``name``, or the step's) after the step; asked twice, the larger
+        ``keep_last`` of the asks that keep some wins, 0 (keep all) over any."""
+        earlier = self.saves.get(name)
+        self.saves[name] = keep_last if earlier is None else (0 if 0 in (earlier, keep_last) else max(earlier, keep_last))
 
-    def agreed(self, dist: DistContext) -> Tuple[Optional[str], bool, bool]:
-        """(stop reason, validate, save) as any rank asked, and the asks forgotten: one small
-        all-reduce per step on several ranks (and, on the step a stop is agreed, an exchange of
-        the reasons), none in a single process."""
-        stop, validate, save = self.stop, self.validate, self.checkpoint
-        self.stop, self.validate, self.checkpoint = None, False, False
+    @property
+    def checkpoint(self) -> bool:
+        """Whether a checkpoint of the step is asked."""
+        return None in self.saves
+
+    def take_checkpoint(self) -> bool:
+        """Whether a checkpoint of the step was asked, forgetting that ask."""
+        return self.saves.pop(None, None) is not None
+
+    def take_saves(self) -> Saves:
+        """The checkpoints asked so far, forgetting them."""
+        saves, self.saves = self.saves, {}
+        return saves
+
+    def take_pause(self) -> Optional[Callable[[], bool]]:
+        """The pause asked (its wait call), forgetting it."""
+        wait, self.pause = self.pause, None
+        return wait
+
+    def agreed(self, dist: DistContext) -> Tuple[Optional[str], bool, Saves]:
+        """(stop reason, validate, checkpoints to save) as any rank asked, and the asks forgotten:
+        one small all-reduce per step on several ranks (and, on a step where a stop or a save is
+        agreed, an exchange of the reasons or names), none in a single process."""
+        stop, validate, saves = self.stop, self.validate, self.take_saves()
+        self.stop, self.validate = None, False
         if not dist.enabled:
-            return stop, validate, save
-        agreed = dist.any_rank([int(stop is not None), int(validate), int(save)])
+            return stop, validate, saves
+        agreed = dist.any_rank([int(stop is not None), int(validate), int(bool(saves))])
         if agreed[0]:
             reasons = dist.gather_objects(stop)
             stop = next(f"{reason} (rank {rank})" if rank else reason for rank, reason in enumerate(reasons) if reason)
-        return stop, bool(agreed[1]), bool(agreed[2])
+        if agreed[2]:
+            merged = StepRequests()
+            for asked in dist.gather_objects(saves):
+                for name, keep_last in asked.items():
+                    merged.ask_checkpoint(name, keep_last)
+            saves = merged.saves
+        return stop, bool(agreed[1]), saves
 
 
 def agree_on_step(dist: DistContext, hooks: Sequence[Hook], outputs: StepOutputs) -> None:

@@ -6,7 +6,7 @@ import contextlib
 import shlex
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -15,7 +15,7 @@ from .. import interrupts
 from ..config import config_to_yaml
 from ..console import Console
 from ..distributed import DistContext, RankConsole
-from ..errors import UserError
+from ..errors import ConfigError, UserError
 from ..hooks.base import Hook
 from ..hooks.dispatch import HookDispatcher
 from ..hooks.trainer_api import StepOutputs, StrategyContext
@@ -96,6 +96,8 @@ class DefaultTrainer(SteeringCalls):
         self.stopped: Optional[Dict[str, Any]] = None  #: ``{step, reason}`` once a requested stop ended the run
         self._paused_in_step = 0.0  # seconds the running step spent paused
         self._failed = False  # once the run failed: no collective exchange (the other ranks may be gone)
+        self._checked: set = set()  # the plugins whose check passed
+        self.check_plugins()
 
     # -- steering (the Trainer protocol; the calls that only delegate are SteeringCalls') ------
     @property
@@ -112,9 +114,17 @@ class DefaultTrainer(SteeringCalls):
         """Validate after the current step."""
         self.requests.validate = True
 
-    def request_checkpoint(self) -> None:
-        """Save a resumable checkpoint after the current step."""
-        self.requests.checkpoint = True
+    def request_checkpoint(self, name: Optional[str] = None, keep_last: int = 0) -> None:
+        """Save a resumable checkpoint after the current step and its validation:
+        ``step_XXXXXX.pt`` (and ``last.pt``; ``keep_last`` > 0 keeps that many step checkpoints),
+        or ``<name>.pt``."""
+        self.requests.ask_checkpoint(name, keep_last)
+
+    def request_pause(self, wait: Callable[[], bool]) -> None:
+        """Pause after the current step (its validation and checkpoints done): the trainer calls
+        ``wait()`` (each call short, say 0.1 s) until it returns False or a stop signal comes,
+        carrying out the checkpoints asked meanwhile; hooks hear ``on_pause``."""
+        self.requests.pause = wait
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -126,6 +136,20 @@ class DefaultTrainer(SteeringCalls):
         finally:
             self._paused_in_step += time.perf_counter() - started
             self.call_hook("on_pause", False)
+
+    def check_plugins(self) -> None:
+        """Run the strategy's and every hook's ``check`` not run yet (when the trainer is built and
+        before training): a ConfigError names the plugin."""
+        plugins = [("strategy", self.strategy, getattr(self.strategy, "check", None))]
+        plugins += [(f"hook {hook.name}", hook, method) for hook, method in self.hooks.entries["check"]]
+        for what, plugin, method in plugins:
+            if method is None or id(plugin) in self._checked:
+                continue
+            try:
+                method(self)
+            except UserError as err:
+                raise ConfigError(f"{what}: {err}") from None
+            self._checked.add(id(plugin))
 
     def register_hook(self, hook: Hook) -> None:
         """Add a hook; dispatch tables are rebuilt so unused points stay free."""
@@ -147,6 +171,7 @@ class DefaultTrainer(SteeringCalls):
         Nothing in the run directory changes before these checks pass.
         """
         interrupts.check()  # a stop signal while the trainer was built: nothing to save yet
+        self.check_plugins()  # hooks registered since the trainer was built
         if self.evaluator is None:  # before the run: fetching LPIPS weights may be stopped like the command
             self.console.hold_log()
             self.evaluator = self._evaluator()
@@ -174,15 +199,11 @@ class DefaultTrainer(SteeringCalls):
             self.call_hook("before_run")
             if resumed is not None:
                 self.call_hook("after_load_checkpoint", resumed[1])
-                if self.step >= self.max_steps:
-                    self.console.warning(f"the checkpoint is at step {self.step}; trainer.max_steps is {self.max_steps}, nothing to train")
-                    if self.last_metrics.get("step") != self.step:
-                        self.validate()  # the run stopped before its final validation
-                elif self.cfg.trainer.val_on_resume:
-                    self.validate()
+                self._finish_restored_step()
             self.completed_step = self.start_step = self.step
             self._check_replicas("before training")
             self.call_hook("before_train")
+            self._carry_out_pause()
             for step in range(self.step + 1, self.max_steps + 1):
                 self.step = step
                 started, self._paused_in_step = time.perf_counter(), 0.0
@@ -225,21 +246,52 @@ class DefaultTrainer(SteeringCalls):
         gaussians = self.model.num_gaussians if resumed is None else int(resumed[1]["gaussians"]["means"].shape[0])
         run_report.print_header(self, gaussians)
 
+    def _finish_restored_step(self) -> None:
+        """A checkpoint holds its step after that step's validation; one saved before it (a stop
+        signal in the step) gets the validation now, so the run goes on as the straight one."""
+        if self.step >= self.max_steps:
+            self.console.warning(f"the checkpoint is at step {self.step}; trainer.max_steps is {self.max_steps}, nothing to train")
+        due = self.step > 0 and self.schedule.validates_at(self.step)
+        if (due and self.last_metrics.get("step") != self.step) or self.cfg.trainer.val_on_resume:
+            self.validate()
+            self._save_requested(self.requests.agreed(self.dist)[2])
+
     def _after_requests(self, step: int, validated: bool) -> bool:
-        """Act on the step's requests as the ranks agree on them; True when the run stops here."""
-        reason, validate, save = self.requests.agreed(self.dist)
-        stop = reason is not None
+        """Act on the step's requests as the ranks agree on them (after the step's validation, so
+        a checkpoint holds what it changed); True when the run stops here."""
+        reason, validate, saves = self.requests.agreed(self.dist)
         interval = self.replica_check_interval
         if interval > 0 and step % interval == 0:
             self._check_replicas(f"after step {step}")
-        if (validate or stop) and not validated:
-            self.validate()
-        if stop:
+        if (validate or reason is not None) and not validated:
+            self.validate()  # its hooks may ask more (a best checkpoint, a stop)
+            later, _, more = self.requests.agreed(self.dist)
+            reason, saves = reason or later, {**saves, **more}
+        if reason is not None:
             self.stopped = {"step": step, "reason": reason}
             self.console.info(f"stopping after step {step}: {reason}")
-        if save or stop:
-            self.save_checkpoint()
-        return stop
+            saves.setdefault(None, 0)
+        self._save_requested(saves)
+        if reason is None:
+            self._carry_out_pause()
+        return reason is not None
+
+    def _save_requested(self, saves: Dict[Optional[str], int]) -> None:
+        """Write the checkpoints asked for: the step's first, then the named ones."""
+        for name in sorted(saves, key=lambda n: (n is not None, n or "")):
+            self.save_checkpoint(name, saves[name])
+
+    def _carry_out_pause(self) -> None:
+        """Hold the run while the pause asked for lasts (see :meth:`request_pause`)."""
+        wait = self.requests.take_pause()
+        if wait is None:
+            return
+        with self.paused():
+            while interrupts.pending() is None:
+                going_on = wait()
+                self._save_requested(self.requests.take_saves())
+                if not going_on:
+                    break
 
     def train_step(self, step: int) -> StepOutputs:
         """One optimisation step over ``trainer.batch_size`` x ``optim.accumulate_steps`` views,
@@ -409,10 +461,11 @@ class DefaultTrainer(SteeringCalls):
         signum = stop or (interrupts.SNAPSHOT_SIGNAL if snapshot else None)
         if signum is None:
             return
-        pending = self.requests.take_checkpoint()  # asked during the step: acted on after it, unless saved here
+        pending = self.requests.saves.pop(None, None)  # asked during the step: saved after it, unless saved here
         self.call_hook("on_signal", signum)
         wanted = self.requests.take_checkpoint()
-        self.requests.checkpoint = pending and not wanted
+        if pending is not None and not wanted:
+            self.requests.ask_checkpoint(None, pending)
         last = self.checkpoint_dir / "last.pt"
         if finished:  # the last step's checkpoint is the one to resume from
             path = last if wanted and last.exists() else None

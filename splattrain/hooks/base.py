@@ -40,6 +40,7 @@ def get_priority(priority: Union[int, str, Priority]) -> int:
 
 #: Hook points in the order a run calls them; each takes the trainer first.
 HOOK_POINTS = (
+    "check",
     "before_run",
     "after_load_checkpoint",
     "before_train",
@@ -97,6 +98,11 @@ class Hook:
         return self.state_key
 
     # -- points ---------------------------------------------------------------------
+    def check(self, trainer: Trainer) -> None:
+        """Once, as soon as the trainer is built (``fit --dry-run`` too), before anything runs or
+        is written: raise a ConfigError for options that do not suit this run (a step past its
+        end, a partner hook or strategy missing). The run stops there, in one line naming the hook."""
+
     def before_run(self, trainer: Trainer) -> None:
         """Once, after everything is built and, when resuming, after the checkpoint is restored (the
         model, optimizers and hook states hold it); :meth:`after_load_checkpoint` follows."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from ..errors import ConfigError
@@ -34,8 +33,10 @@ class CheckPointHook(Hook):
         publish_format: one format or a list of them: ply (scene.ply), ply-compressed
             (scene.compressed.ply), spz (scene.spz), splat (scene.splat).
 
-    Where checkpoints go is the run's ``checkpoint_dir`` (default ``<output_dir>/ckpt``); the
-    trainer writes them when this hook asks.
+    Where checkpoints go is the run's ``checkpoint_dir`` (default ``<output_dir>/ckpt``). The hook
+    asks (``trainer.request_checkpoint``); the trainer writes each checkpoint after the step and
+    its validation, so ``step_XXXXXX.pt`` holds what that validation changed (this hook's best
+    value, an early stop's patience) and a resumed run goes on as the straight one.
     """
 
     priority = Priority.VERY_LOW
@@ -90,7 +91,7 @@ class CheckPointHook(Hook):
         last = self.save_last and self.is_last_step(trainer)
         saved = (step >= self.save_begin and self.every_n_steps(trainer, self.interval)) or last
         if saved:
-            self.save(trainer)
+            trainer.request_checkpoint(keep_last=max(self.max_keep, 0))
         ply_due = saved if self.ply_interval is None else (self.every_n_steps(trainer, self.ply_interval) or last)
         if ply_due:
             trainer.export_scene(f"ply/step_{step:06d}.ply", "ply")
@@ -105,8 +106,9 @@ class CheckPointHook(Hook):
             return
         if self.best_value is None or (value > self.best_value if self.greater else value < self.best_value):
             self.best_value, self.best_step = float(value), trainer.step
-            best = trainer.save_checkpoint("best")
-            trainer.console.info(f"new best {self.metric} {value:.4f} at step {trainer.step} -> {best}")
+            trainer.request_checkpoint("best")
+            trainer.console.info(f"new best {self.metric} {value:.4f} at step {trainer.step} -> "
+                                 f"{trainer.checkpoint_dir / 'best.pt'}")
 
     def after_train(self, trainer) -> None:
         if self.publish:
@@ -114,12 +116,6 @@ class CheckPointHook(Hook):
             if path is not None:
                 names = ", ".join(f"scene.{FORMATS[fmt]}" for fmt in self.publish_formats)
                 trainer.console.info(f"published {path} and {names} in {trainer.run_dir}")
-
-    def save(self, trainer) -> Path:
-        """Ask for the checkpoint of the current step (older ones beyond ``max_keep`` go)."""
-        path = trainer.save_checkpoint(keep_last=max(self.max_keep, 0))
-        trainer.console.debug(f"saved checkpoint {path}")
-        return path
 
     def state_dict(self) -> Dict[str, Any]:
         if self.best_value is None:

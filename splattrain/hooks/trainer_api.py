@@ -2,9 +2,9 @@
 :class:`RunSchedule` every step reads, the :class:`StepOutputs` of a training step.
 
 Hooks receive the trainer as their first argument. They read what the protocol lists and steer
-the run only through its calls (stop, validate, checkpoint, cap or remove Gaussians, change the
-training resolution, pause the clock); they never assign trainer attributes. Hooks decide *when*;
-the engine *does*.
+the run only through its calls (stop, validate, checkpoint, pause, cap or remove Gaussians); they
+never assign trainer attributes. Hooks decide *when*; the engine *does*: a checkpoint or a pause
+asked during a step is carried out after the step and its validation.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
 
 import torch
@@ -143,6 +142,7 @@ class Trainer(Protocol):
     cfg: DictConfig  #: the resolved config
     console: "Console"
     run_dir: Path  #: the run folder (files a hook writes go inside it)
+    checkpoint_dir: Path  #: where the run's checkpoints go (``checkpoint_dir``, default ``<run_dir>/ckpt``)
     device: torch.device
     step: int  #: the running (or last completed) step, from 1
     max_steps: int
@@ -181,16 +181,19 @@ class Trainer(Protocol):
     def request_validation(self) -> None:
         """Validate after the current step (once, even if validation is due anyway)."""
 
-    def request_checkpoint(self) -> None:
-        """Save a resumable checkpoint after the current step."""
+    def request_checkpoint(self, name: Optional[str] = None, keep_last: int = 0) -> None:
+        """Save a resumable checkpoint after the current step and its validation (every rank
+        alike; rank 0 writes): ``ckpt/step_XXXXXX.pt`` (and ``last.pt``) by default, ``ckpt/<name>.pt``
+        when named (``best``); ``keep_last`` > 0 removes older step checkpoints beyond that many."""
+
+    def request_pause(self, wait: Callable[[], bool]) -> None:
+        """Pause after the current step, its validation and checkpoints: the trainer calls ``wait()``
+        (each call short, about 0.1 s) until it returns False or a stop signal comes, and saves the
+        checkpoints asked meanwhile; the pause is left out of ``train_seconds`` and hooks hear
+        ``on_pause(trainer, True)`` / ``(trainer, False)``."""
 
     def validate(self) -> Dict[str, Any]:
         """Validate now (every rank must call it); returns the mean metrics."""
-
-    def save_checkpoint(self, name: Optional[str] = None, keep_last: int = 0) -> Path:
-        """Save a resumable checkpoint of the current step now (every rank calls it; rank 0 writes):
-        ``ckpt/step_XXXXXX.pt`` (and ``last.pt``) by default, ``ckpt/<name>.pt`` when named
-        (``best``); ``keep_last`` > 0 removes older step checkpoints beyond that many."""
 
     def export_scene(self, name: str, fmt: str = "ply") -> Optional[Path]:
         """Write the current Gaussians to ``<run_dir>/<name>`` in ``fmt`` (ply, ply-compressed, spz,
@@ -230,10 +233,6 @@ class Trainer(Protocol):
     def on_gaussians_moved(self, listener: GaussiansMoved) -> None:
         """Call ``listener(sources, params)`` after every change of the rows: the strategy's
         densification and each of the row calls above."""
-
-    def paused(self) -> AbstractContextManager[None]:
-        """A context in which the run is paused: its time is left out of ``train_seconds`` and
-        hooks hear ``on_pause(trainer, True)`` / ``(trainer, False)``."""
 
     def learning_rates(self) -> Dict[str, float]:
         """The current learning rate of each parameter group (``means``, ``scales``, ...)."""

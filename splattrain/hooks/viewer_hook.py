@@ -16,8 +16,8 @@ class ViewerHook(Hook):
     runs, with the training cameras, live stats, Pause / Resume and "save checkpoint now".
 
     Everything the page asks for is done on the training thread in ``after_train_iter``,
-    between two steps: renders (under ``torch.no_grad``, drawing no random numbers), pausing
-    (the hook waits there until Resume) and checkpoints. A paused and resumed run is bit-identical
+    between two steps: renders (under ``torch.no_grad``, drawing no random numbers), and asks to
+    pause (the trainer waits after the step until Resume) and for checkpoints. A paused and resumed run is bit-identical
     to one never paused. Viewer renders are throttled so training keeps at least
     ``train_share`` of the time; a still view is re-rendered every ``refresh`` seconds and sent
     only when it changed visibly; a moving camera gets half-resolution images until it stops. With
@@ -109,7 +109,7 @@ class ViewerHook(Hook):
         self._last_end = time.perf_counter()
         self._update_stats(trainer, force=True)
         if self.server is not None and self.server.paused:
-            self._hold(trainer)
+            self._ask_pause(trainer)
 
     def after_train_iter(self, trainer, step: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
         server = self.server
@@ -123,13 +123,13 @@ class ViewerHook(Hook):
         loss = outputs["losses"]["loss"].item()
         self.ema_loss = loss if self.ema_loss is None else 0.9 * self.ema_loss + 0.1 * loss
         if server.save_requested and server.take_save_request():
-            self._save(trainer)
+            self._ask_save(trainer)
         if server.num_clients:
             if self.budget.available:
                 self.budget.spend(self.service.serve_one(trainer.model, outputs["sh_degree"], server.settings.refresh))
             self._update_stats(trainer)
         if server.paused:
-            self._hold(trainer, outputs["sh_degree"])
+            self._ask_pause(trainer, outputs["sh_degree"])
         self._last_end = time.perf_counter()
 
     def after_val(self, trainer, metrics: Dict[str, Any]) -> None:
@@ -151,34 +151,39 @@ class ViewerHook(Hook):
         """Let a paused run continue (what the Resume button does)."""
         self.server.set_paused(False)
 
-    def _hold(self, trainer, sh_degree: Optional[int] = None) -> None:
-        """Wait between two steps until Resume (or a signal that stops the run); the trainer
-        leaves the pause out of the training time and tells the other hooks."""
+    def _ask_pause(self, trainer, sh_degree: Optional[int] = None) -> None:
+        """Ask the trainer to pause after this step until Resume (or a signal that stops the
+        run): while it waits it calls back, and the viewer serves its renders and asks for the
+        checkpoints its Save button wants."""
         from ..viewer.server import wait_for
 
-        if sh_degree is None:
-            sh_degree = trainer.schedule.sh_degree_at(max(1, trainer.step))
+        degree = trainer.schedule.sh_degree_at(max(1, trainer.step)) if sh_degree is None else sh_degree
         started = time.perf_counter()
         trainer.console.info(f"viewer: paused at step {trainer.step}")
-        try:
-            with trainer.paused():
-                self._update_stats(trainer, force=True)
-                while self.server.paused and interrupts.pending() is None:
-                    if self.server.take_save_request():
-                        self._save(trainer)
-                    self.service.serve_waiting(trainer.model, sh_degree)
-                    wait_for(self.server.wake, 0.1)
-        finally:
+        self._update_stats(trainer, force=True)
+
+        def wait() -> bool:
+            if self.server.paused and interrupts.pending() is None:
+                if self.server.take_save_request():
+                    self._ask_save(trainer)
+                self.service.serve_waiting(trainer.model, degree)
+                wait_for(self.server.wake, 0.1)
+                if self.server.paused and interrupts.pending() is None:
+                    return True
             self.paused_seconds += time.perf_counter() - started
             if self.server.paused:  # a stop signal ends the pause: the run stops at the trainer's next safe point
                 self.server.set_paused(False)
             else:
                 trainer.console.info(f"viewer: resumed at step {trainer.step}")
             self._update_stats(trainer, force=True)
+            return False
 
-    def _save(self, trainer) -> None:
-        path = trainer.save_checkpoint()
-        trainer.console.info(f"viewer: saved a checkpoint at step {trainer.step} to {path}")
+        trainer.request_pause(wait)
+
+    def _ask_save(self, trainer) -> None:
+        trainer.request_checkpoint()
+        path = trainer.checkpoint_dir / f"step_{trainer.step:06d}.pt"
+        trainer.console.info(f"viewer: saving a checkpoint at step {trainer.step} to {path}")
         self.server.notify(None, "Checkpoint saved", str(path))
 
     # -- stats -------------------------------------------------------------------------------
