@@ -69,7 +69,7 @@ class ContributionPruneHook(Hook):
         options["steps"] = scaled
         return [(f"{where}.steps", list(written), scaled)]
 
-    def before_train(self, trainer) -> None:
+    def check(self, trainer) -> None:
         if self.steps is None:
             stop = trainer.schedule.densification_ends
             if stop is None:
