@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -200,3 +202,151 @@ def test_without_open3d_one_line_names_the_extra(run_dir, tmp_path):
                              str(tmp_path / "m.ply")], cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
     assert_one_line_error(result, "pip install 'splattrain[mesh]'")
     assert not (tmp_path / "m.ply").exists()
+
+
+def test_the_fusion_estimate_matches_the_blocks_open3d_allocates():
+    from splattrain.mesh.budget import BLOCK_BYTES, estimate_fusion, touched_blocks
+
+    for voxel, trunc_voxels in [(0.005, 4.0), (0.01, 40.0)]:
+        settings = default_settings(extent=1.0, voxel_size=voxel, trunc=voxel * trunc_voxels)
+        fusion, quarter = TsdfFusion(settings), []
+        for viewmat, K in sphere_cameras(8, 2.0, 64):
+            fusion.integrate(np.zeros((64, 64, 3), np.uint8), sphere_depth(viewmat, K, 64, 0.5), K, viewmat)
+            small = K.copy()
+            small[:2] *= 0.25  # the survey: a quarter of the resolution, one pixel per sample of Open3D's
+            quarter.append(touched_blocks(sphere_depth(viewmat, small, 16, 0.5), small, viewmat, voxel, settings.trunc,
+                                          1e30))
+        estimate, hashmap = estimate_fusion(quarter), fusion.grid.hashmap()
+        assert abs(estimate.blocks - hashmap.size()) <= 0.1 * hashmap.size(), (voxel, estimate, hashmap.size())
+        assert abs(estimate.capacity - hashmap.capacity()) <= 0.1 * hashmap.capacity()
+        # the peak counts a growth's copied blocks and new buffers together, beyond the final grid
+        assert estimate.peak_bytes > hashmap.capacity() * BLOCK_BYTES
+
+
+def test_a_growth_counts_the_copied_blocks_and_the_new_buffers(monkeypatch):
+    from splattrain.io import limits
+    from splattrain.mesh.budget import BLOCK_BYTES
+
+    fusion = TsdfFusion(default_settings(extent=1.0, voxel_size=0.003))
+    views = list(sphere_cameras(12, 2.0, 128))
+    for viewmat, K in views[:6]:
+        fusion.integrate(np.zeros((128, 128, 3), np.uint8), sphere_depth(viewmat, K, 128, 0.5), K, viewmat)
+    hashmap = fusion.grid.hashmap()
+    size, capacity = int(hashmap.size()), int(hashmap.capacity())
+    assert size > capacity / 2  # the next views make it grow, to twice its capacity
+    # room for the new buffers alone, not for the blocks copied out of the old ones as well
+    monkeypatch.setattr(limits, "available_memory", lambda: 2 * capacity * BLOCK_BYTES + BLOCK_BYTES)
+    with pytest.raises(DataError, match=r"TSDF volume \(growing to .* use a larger --voxel-size"):
+        for viewmat, K in views[6:]:
+            fusion.integrate(np.zeros((128, 128, 3), np.uint8), sphere_depth(viewmat, K, 128, 0.5), K, viewmat)
+    assert int(fusion.grid.hashmap().capacity()) == capacity
+
+
+#: Runs the command line with an address-space limit of what is in use plus argv[1] bytes.
+LIMITED = """
+import resource, sys
+import open3d, torch
+from splattrain.cli import main
+with open("/proc/self/status") as status:
+    used = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (used + int(sys.argv[1]), resource.RLIM_INFINITY))
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_a_fusion_beyond_the_memory_limit_is_refused_before_it_starts(run_dir, tmp_path):
+    out = tmp_path / "m.ply"
+    result = subprocess.run([sys.executable, "-c", LIMITED, str(3 * 2**30 // 2), "export", str(run_dir), "--format",
+                             "mesh", "--voxel-size", "0.002", "--trunc", "0.1", "--out", str(out)],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    line = assert_one_line_error(result, "the TSDF volume (about", "blocks of 16^3 voxels of 0.002",
+                                 "of memory, more than the", "use a larger --voxel-size")
+    assert "fusing" not in result.stdout + result.stderr, line  # refused before any depth was fused
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("options, fragments", [
+    (["--voxel-size", "1e-300"], ["--voxel-size 1e-300 is below float32's range"]),
+    (["--voxel-size", "nan"], ["--voxel-size must be a positive number, got nan"]),
+    (["--trunc", "inf"], ["--trunc must be a positive number, got inf"]),
+    (["--voxel-size", "0.01", "--trunc", "1e6"], ["--trunc 1e+06 is 1e+08 voxels of 0.01; give at most 64 voxels"]),
+    (["--trunc", "1e6"], ["--trunc 1e+06 is", "give at most 64 voxels"]),
+    (["--voxel-size", "1e-7"], ["--voxel-size 1e-07 is too small", "float32 voxel indices"]),
+    (["--min-views", "1000"], ["--min-views 1000: the run has 48 training views"]),
+])
+def test_bad_sizes_are_one_line_before_any_fusion(run_dir, tmp_path, options, fragments, capsys):
+    assert main(["export", str(run_dir), "--format", "mesh", *options, "--out", str(tmp_path / "m.ply")]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and all(fragment in lines[0] for fragment in fragments), lines
+    assert "fusing" not in captured.out + captured.err and "Traceback" not in captured.err
+    assert not (tmp_path / "m.ply").exists()
+
+
+def test_out_naming_a_folder_is_refused_before_any_work(run_dir, tmp_path, capsys, monkeypatch):
+    from splattrain.commands import export as export_command
+
+    folder = tmp_path / "mesh.ply"
+    folder.mkdir()
+    monkeypatch.setattr(export_command, "load_snapshot", lambda *a, **k: pytest.fail("the run was loaded"))
+    assert main(["export", str(run_dir), "--format", "mesh", "--out", str(folder)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and f"--out {folder} is a folder" in lines[0], lines
+    assert list(folder.iterdir()) == []
+
+
+def child_pids(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def has_open3d(pid: int) -> bool:
+    try:
+        return "open3d" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_sigterm_mid_fusion_ends_the_export_within_ten_seconds(run_dir, tmp_path):
+    out = tmp_path / "m.ply"
+    process = subprocess.Popen([sys.executable, "-m", "splattrain", "export", str(run_dir), "--format", "mesh",
+                                "--voxel-size", "0.002", "--trunc", "0.1", "--out", str(out)], cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert process.stdout is not None
+        output = ""
+        while "fusing" not in output:  # the survey is done, fusion starts
+            line = process.stdout.readline()
+            assert line, output
+            output += line
+        deadline = time.monotonic() + 120
+        while not any(has_open3d(child) for child in child_pids(process.pid)):  # the fusion process is up
+            assert process.poll() is None and time.monotonic() < deadline, output
+            time.sleep(0.05)
+        fusing = child_pids(process.pid)
+        signalled = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        rest, _ = process.communicate(timeout=60)
+        took = time.monotonic() - signalled
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 143, output + rest
+    assert took < 10.0, took
+    assert "SIGTERM" in rest and "Traceback" not in output + rest, rest
+    assert "wrote a mesh" not in rest and not out.exists()
+    deadline = time.monotonic() + 10
+    while any(running(pid) for pid in fusing):
+        assert time.monotonic() < deadline, "the fusion process outlived the export"
+        time.sleep(0.05)

@@ -3,9 +3,11 @@
 Gaussian Opacity Fields and PGSR use.
 
 Memory: every block holds a TSDF value, a weight and a colour per voxel (80 KiB a block), and
-the grid's hash map doubles its capacity when it fills. Before each depth map is fused, the
-blocks it touches are counted and a growth that the free memory cannot hold is refused in one
-line, so fusion never runs the machine out of memory.
+the grid's hash map grows when it fills, holding the blocks it copies out and its new buffers at
+once (budget.py). The whole fusion is estimated before it starts; here, before each depth map is
+fused, the blocks it touches are counted again and a growth that the free memory cannot hold is
+refused in one line, as is an extraction that cannot fit, so fusion never runs the machine out
+of memory.
 """
 
 from __future__ import annotations
@@ -18,12 +20,10 @@ import numpy as np
 
 from ..errors import DataError, UserError
 from ..io.limits import require_memory
+from .budget import BLOCK_BYTES, BLOCK_RESOLUTION, EXTRACT_BLOCK_BYTES, INITIAL_BLOCKS, MAX_TRUNC_VOXELS, grown_capacity
 from .files import MeshArrays
 from .open3d_backend import import_open3d
 
-BLOCK_RESOLUTION = 16
-BLOCK_BYTES = BLOCK_RESOLUTION**3 * (1 + 1 + 3) * 4  # float32 tsdf, weight and RGB per voxel
-INITIAL_BLOCKS = 512
 #: Default voxel size: the scene's extent over this many voxels.
 VOXELS_PER_EXTENT = 256
 #: Default truncation distance, in voxels.
@@ -51,6 +51,9 @@ class FusionSettings:
             raise UserError(f"--voxel-size must be a positive number, got {self.voxel_size}")
         if not (math.isfinite(self.trunc) and self.trunc >= self.voxel_size):
             raise UserError(f"--trunc must be at least the voxel size ({self.voxel_size:.4g}), got {self.trunc}")
+        if self.trunc > MAX_TRUNC_VOXELS * self.voxel_size:
+            raise UserError(f"--trunc {self.trunc:g} is {self.trunc / self.voxel_size:.3g} voxels of "
+                            f"{self.voxel_size:.4g}; give at most {MAX_TRUNC_VOXELS:g} voxels")
         if not self.max_depth > 0:
             raise UserError(f"--max-depth must be a positive number, got {self.max_depth}")
         if not (math.isfinite(self.min_views) and self.min_views >= 1):
@@ -115,22 +118,30 @@ class TsdfFusion:
                             multiplier)
         self.views += 1
 
-    def _require_room(self, new_blocks: int) -> None:
-        """Refuse a view whose blocks would make the hash map grow beyond the free memory."""
+    def _require_room(self, incoming: int) -> None:
+        """Refuse a view whose ``incoming`` blocks would make the hash map grow beyond the free
+        memory: a growth holds the blocks copied out of the old buffers and the new buffers."""
         hashmap = self.grid.hashmap()
-        needed, capacity = int(hashmap.size()) + new_blocks, int(hashmap.capacity())
-        if needed <= capacity:
-            return
-        while capacity < needed:
-            capacity *= 2
+        size, capacity = int(hashmap.size()), int(hashmap.capacity())
+        grown = grown_capacity(size, capacity, incoming)
+        if grown != capacity:
+            self._require(f"the TSDF volume (growing to {grown:,} blocks of {BLOCK_RESOLUTION}^3 voxels of "
+                          f"{self.settings.voxel_size:.4g})", (size + grown) * BLOCK_BYTES)
+
+    @staticmethod
+    def _require(what: str, needed: float) -> None:
         try:
-            require_memory(f"the TSDF volume ({needed:,} blocks of {BLOCK_RESOLUTION}^3 voxels of "
-                           f"{self.settings.voxel_size:.4g})", capacity * BLOCK_BYTES)
+            require_memory(what, needed)
         except DataError as error:
             raise DataError(f"{error}; use a larger --voxel-size (or --max-depth)") from None
 
+    def release(self) -> None:
+        """Free the voxels (after :meth:`extract`); the fusion cannot be used afterwards."""
+        del self.grid
+
     def extract(self) -> MeshArrays:
         """Marching cubes over the voxels seen by at least ``min_views`` views: the coloured mesh."""
+        self._require(f"extracting the surface of {self.blocks:,} voxel blocks", self.blocks * EXTRACT_BLOCK_BYTES)
         mesh = self.grid.extract_triangle_mesh(weight_threshold=float(self.settings.min_views))
         vertices = mesh.vertex.positions.numpy().astype(np.float32)
         if not len(vertices):

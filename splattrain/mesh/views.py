@@ -66,17 +66,24 @@ def unproject(depth: np.ndarray, camera: Camera) -> np.ndarray:
     return (cam - viewmat[:3, 3]) @ viewmat[:3, :3]
 
 
-def seen_extent(renderer: Renderer, model: GaussianModel, cameras: Sequence[Camera], sh_degree: int,
-                background: torch.Tensor, scale: float = 0.25, max_depth: float = np.inf) -> float:
-    """The diagonal of the box holding the central 98% (per axis) of the surface points the
-    cameras see, from median depth rendered at ``scale`` of their resolution; 0 when none."""
+def survey_views(renderer: Renderer, model: GaussianModel, cameras: Sequence[Camera], sh_degree: int,
+                 background: torch.Tensor, scale: float = 0.25) -> List[DepthView]:
+    """Every camera's median depth (and colour) rendered at ``scale`` of its resolution: what the
+    extent seen and the memory a fusion takes are measured on, before the views are fused."""
     small: List[Camera] = [c.scaled(scale) for c in cameras]
-    points = []
-    for view in render_depth_views(renderer, model, small, sh_degree, background, "median"):
-        depth = np.where(view.depth <= max_depth, view.depth, 0.0)
-        points.append(unproject(depth, view.camera))
-    cloud = np.concatenate(points) if points else np.zeros((0, 3))
-    if len(cloud) < 2:
+    return list(render_depth_views(renderer, model, small, sh_degree, background, "median"))
+
+
+def surface_points(views: Sequence[DepthView], max_depth: float = np.inf) -> np.ndarray:
+    """The world points [M, 3] (float64) of the pixels of ``views`` with a depth up to ``max_depth``."""
+    points = [unproject(np.where(v.depth <= max_depth, v.depth, 0.0), v.camera) for v in views]
+    return np.concatenate(points) if points else np.zeros((0, 3))
+
+
+def seen_extent(points: np.ndarray) -> float:
+    """The diagonal of the box holding the central 98% (per axis) of the surface ``points``; 0 when
+    there are fewer than two."""
+    if len(points) < 2:
         return 0.0
-    low, high = np.percentile(cloud, [1.0, 99.0], axis=0)
+    low, high = np.percentile(points, [1.0, 99.0], axis=0)
     return float(np.linalg.norm(high - low))
