@@ -117,3 +117,18 @@ def test_a_mesh_in_range_reads_back_without_a_warning(tmp_path):
     mesh = read_mesh_ply(path, warnings.append)
     assert warnings == [] and (mesh.colors == 7).all()
     np.testing.assert_array_equal(mesh.faces, faces)
+
+
+def test_a_scene_ply_with_colours_beyond_float32_is_one_line_and_no_numpy_warning(tmp_path):
+    from splattrain.io.ply import ply_property_names
+
+    names = ply_property_names(0)
+    rows = np.zeros(4, dtype=[(n, "<f8" if n.startswith("f_dc") else "<f4") for n in names])
+    rows["x"], rows["opacity"], rows["rot_0"] = np.arange(4), 1.0, 1.0
+    rows["f_dc_0"] = [np.nan, 1e308, 0.0, 0.0]
+    header = ["ply", "format binary_little_endian 1.0", "element vertex 4"]
+    header += [f"property {'double' if n.startswith('f_dc') else 'float'} {n}" for n in names] + ["end_header"]
+    path = tmp_path / "scene.ply"
+    path.write_bytes(("\n".join(header) + "\n").encode() + rows.tobytes())
+    result = run_cli("view", str(path), "--port", str(free_port()))
+    assert_one_line_error(result, str(path), "2 of 4 Gaussians hold NaN or infinite values")

@@ -194,7 +194,8 @@ def vertices_to_gaussians(vertices: np.ndarray, path: str | Path) -> tuple[Dict[
         raise DataError(f"{path}: {n_rest} f_rest properties do not make a whole SH degree")
 
     def stack(columns: list[str]) -> Tensor:
-        return torch.from_numpy(np.stack([vertices[c].astype(np.float32) for c in columns], axis=1))
+        with np.errstate(over="ignore", invalid="ignore"):  # doubles beyond float32 become inf: refused below
+            return torch.from_numpy(np.stack([vertices[c].astype(np.float32) for c in columns], axis=1))
 
     n = len(vertices)
     rest = stack([f"f_rest_{i}" for i in range(n_rest)]) if n_rest else torch.zeros(n, 0)
