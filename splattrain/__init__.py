@@ -42,6 +42,7 @@ _EXPORTS = {
     "WRITERS": ".registry",
     "Renderer": ".render.base",
     "RenderResult": ".render.base",
+    "RenderScene": ".render.base",
     "Strategy": ".strategy",
     "strategy_ops": ".strategy.ops",
     "DefaultTrainer": ".engine",

@@ -1,7 +1,7 @@
 """What a checkpoint must hold, checked once before anything uses it.
 
 :func:`check_scene` is what ``eval``, ``render``, ``export`` and ``view`` need (the Gaussians, their
-SH degree, step, config and world transform); :func:`check_resume` adds what continuing a run
+SH degree, step, config, world transform and renderer state); :func:`check_resume` adds what continuing a run
 needs (optimizer, strategy and hook states matching the Gaussians, RNG states, the view order).
 Each refusal is a CheckpointError naming the file and the entry.
 """
@@ -111,7 +111,31 @@ def check_scene(checkpoint: Any, path: str | Path) -> DictConfig:
     check_gaussians(refuse, checkpoint["gaussians"], sh_degree)
     if checkpoint.get("world_transform") is not None:
         _check_transform(refuse, "'world_transform'", checkpoint["world_transform"])
+    if "renderer" in checkpoint:
+        _check_renderer(refuse, checkpoint["renderer"])
     return cfg
+
+
+def _check_renderer(refuse: _Refuse, entry: Any) -> None:
+    """The renderer's entry: its class name, whether it folds into exports, and its state (a
+    dict whose tensors are dense real ones)."""
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("state", {}), Mapping):
+        raise refuse("'renderer'", "is not a dict with a 'state' dict")
+    if not isinstance(entry.get("folds_into_export", False), bool) or not isinstance(entry.get("type", ""), str):
+        raise refuse("'renderer'", "has a 'folds_into_export' other than true/false or a 'type' other than a name")
+
+    def walk(value: Any, where: str) -> None:
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                walk(item, f"{where}.{key}")
+        elif isinstance(value, (list, tuple)):
+            for index, item in enumerate(value):
+                walk(item, f"{where}[{index}]")
+        elif isinstance(value, torch.Tensor):
+            if _tensor(refuse, where, value, dtype=None).is_complex():
+                raise refuse(where, f"is a {value.dtype} tensor, not a real one")
+
+    walk(entry.get("state", {}), "renderer.state")
 
 
 def _check_transform(refuse: _Refuse, entry: str, value: Any) -> None:

@@ -37,8 +37,9 @@ def evaluate(
     evaluator = Evaluator(cfg.metrics.lpips if lpips is None else lpips, cfg.metrics.lpips_net, snapshot.device, console.warning,
                           OmegaConf.select(cfg, "metrics.lpips_weights", default=None),
                           bool(OmegaConf.select(cfg, "metrics.lpips_download", default=True)), console.transfer)
-    renderer = snapshot.renderer(log=console.info, warn=console.warning)
-    pipeline = snapshot.views(split)
+    scene = snapshot.scene()
+    renderer = snapshot.renderer(log=console.info, warn=console.warning, scene=scene)
+    pipeline = snapshot.views(split, scene)
     per_view: List[Dict[str, Any]] = []
     for batch in pipeline.test_batches():
         interrupts.check()

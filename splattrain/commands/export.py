@@ -51,7 +51,8 @@ def export(
     if fmt == "mesh":
         path = Path(out) if out is not None else snapshot.run_dir / "export" / f"step_{snapshot.step:06d}_mesh.ply"
         return export_mesh(snapshot, console, path, world_frame, mesh or MeshOptions())
-    params = {key: value.detach() for key, value in snapshot.model.params.items()}
+    exported, antialiased = snapshot.exported_scene(console.debug, console.warning)  # as rendered
+    params = {key: value.detach() for key, value in exported.params.items()}
     transform = snapshot.checkpoint.get("world_transform")
     if world_frame == "original":
         if transform is None:
@@ -60,7 +61,6 @@ def export(
             params = transform_gaussians(params, torch.linalg.inv(torch.as_tensor(transform, dtype=torch.float64)))
     if sh_degree is not None:
         params = truncate_sh(params, sh_degree)
-    antialiased = OmegaConf.select(snapshot.cfg, "renderer.rasterize_mode", default="classic") == "antialiased"
     suffix = FORMATS[fmt]
     path = Path(out) if out is not None else snapshot.run_dir / "export" / f"step_{snapshot.step:06d}.{suffix}"
     write_gaussians_file(path, params, fmt, antialiased=antialiased)

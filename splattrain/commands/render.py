@@ -110,11 +110,12 @@ def render(
         raise UserError(f"--depth {depth!r}: use one of {', '.join(DEPTH_CHOICES)}")
     snapshot = load_snapshot(target, device, imports, trust_config)
     out_dir = Path(out) if out is not None else snapshot.run_dir / "renders" / f"{path}_step_{snapshot.step:06d}"
-    scene = snapshot.views("test")
+    data = snapshot.scene()
+    scene = snapshot.views("test", data)
     cameras = [f.camera for f in scene.test_frames]
     if path == "orbit":
         cameras = orbit_cameras([f.camera for f in scene.train_frames], frames)
-    renderer = snapshot.renderer(log=console.info, warn=console.warning)
+    renderer = snapshot.renderer(log=console.info, warn=console.warning, scene=data)
     images: List[np.ndarray] = []
     scales: Dict[str, float] = {}
     with Progress(console=console.terminal, disable=console.quiet) as progress:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -15,6 +15,8 @@ from ..config.imports import import_user_modules
 from ..data.loading import load_scene
 from ..data.pipeline import DataPipeline
 from ..data.types import SceneData
+from ..engine.build import render_scene
+from ..engine.checkpointing import restore_renderer
 from ..engine.setup import resolve_device
 from ..model.gaussians import GaussianModel, degree_for_step
 from ..errors import UserError
@@ -65,8 +67,11 @@ class Snapshot:
     def background(self) -> torch.Tensor:
         return torch.tensor(list(self.cfg.data.background), dtype=torch.float32, device=self.device)
 
-    def renderer(self, log: Optional[Callable[[str], None]] = None, warn: Optional[Callable[[str], None]] = None) -> Renderer:
-        """The run's renderer on this machine (``auto`` may pick another backend than training did).
+    def renderer(self, log: Optional[Callable[[str], None]] = None, warn: Optional[Callable[[str], None]] = None,
+                 scene: Optional[SceneData] = None) -> Renderer:
+        """The run's renderer on this machine (``auto`` may pick another backend than training did),
+        set up as in ``fit``: with the run's training cameras (``scene``, else read again when the
+        renderer ``needs_scene``) and the Gaussians, then given the checkpoint's renderer state.
 
         A renderer the run registered through ``imports:`` must be registered here (``--import``
         or ``--trust-config``): :class:`RunPluginError` otherwise, never another renderer.
@@ -75,7 +80,51 @@ class Snapshot:
         kind = str(spec.get("type", "auto"))
         if kind != "auto" and kind not in RENDERERS:
             raise missing_plugin("renderer", kind, self.cfg)
-        return build_renderer(spec, self.device, log=log, warn=warn)
+        renderer = build_renderer(spec, self.device, log=log, warn=warn)
+        if scene is None and renderer.needs_scene:
+            scene = self._scene_for(renderer)
+        if scene is not None:
+            self._check_frame(scene, warn)
+            renderer.setup(render_scene([frame.camera for frame in scene.train]), self.model)
+        restore_renderer(renderer, self.checkpoint, self.path)
+        return renderer
+
+    @torch.no_grad()
+    def exported_scene(self, log: Optional[Callable[[str], None]] = None,
+                       warn: Optional[Callable[[str], None]] = None) -> Tuple[GaussianModel, bool]:
+        """The Gaussians a scene file of the run holds, the renderer's render-time transform folded
+        in (``Renderer.export_gaussians``), and whether they are drawn antialiased. A renderer that
+        folds nothing is not built: its plugin is needed only when it folds (the checkpoint says
+        so, or it is registered here and does)."""
+        kind = str(OmegaConf.select(self.cfg, "renderer.type", default="auto"))
+        if kind in RENDERERS:
+            folds = RENDERERS.get(kind).folds_into_export()
+        else:  # auto picks a built-in, which folds nothing; a plugin not registered here: as it said
+            folds = kind != "auto" and bool((self.checkpoint.get("renderer") or {}).get("folds_into_export"))
+        if not folds:
+            mode = OmegaConf.select(self.cfg, "renderer.rasterize_mode", default="classic")
+            return self.model, mode == "antialiased"
+        renderer = self.renderer(log=log, warn=warn)
+        return renderer.export_gaussians(self.model), renderer.rasterize_mode == "antialiased"
+
+    def _scene_for(self, renderer: Renderer) -> SceneData:
+        """The run's scene for a renderer that sets itself up with the training cameras; one line
+        naming the scene's folder when it cannot be read."""
+        try:
+            return self.scene()
+        except RunPluginError:
+            raise
+        except UserError as err:
+            raise UserError(f"renderer {type(renderer).__name__} needs the run's training cameras, but its scene "
+                            f"'{self.cfg.data.path}' cannot be read ({err})") from None
+
+    def _check_frame(self, scene: SceneData, warn: Optional[Callable[[str], None]]) -> None:
+        """Warn when the scene read now is normalised otherwise than the run's (its cameras changed)."""
+        saved = self.checkpoint.get("world_transform")
+        now = torch.as_tensor(scene.extra.get("world_transform"), dtype=torch.float64)
+        if warn is not None and saved is not None and not torch.allclose(now, saved.double(), rtol=1e-6, atol=1e-9):
+            warn(f"the scene '{self.cfg.data.path}' is normalised otherwise than when the run trained on it "
+                 "(its cameras changed): the renderer is set up with its cameras as they are now")
 
     def scene(self) -> SceneData:
         """The dataset the run trained on, read again from ``data.path`` by the run's reader

@@ -29,7 +29,7 @@ from ..model import init as model_init
 from ..model.gaussians import GaussianModel
 from ..optim import build_optimizers, build_schedulers
 from ..render import build_renderer
-from ..render.base import Renderer
+from ..render.base import Renderer, RenderScene
 from ..strategy import SceneFacts, build_strategy
 from ..strategy.protocol import Strategy
 from ..view_opt import ViewCorrections
@@ -101,6 +101,7 @@ def build_components(cfg: DictConfig, dist: DistContext, background: torch.Tenso
         plain(cfg.appearance), plain(cfg.pose_opt), len(scene.train), device, renderer, max_steps,
         cameras=data.train_cameras, points=model.means.detach(), scene_scale=scene_scale,
     )
+    set_up_renderer(renderer, strategy, data.train_cameras, model)
     return Components(
         data=data, data_type=data_type, scene_scale=scene_scale, model=model, renderer=renderer,
         strategy=strategy, loss=loss,
@@ -109,6 +110,19 @@ def build_components(cfg: DictConfig, dist: DistContext, background: torch.Tenso
         strategy_state=strategy.initialize_state(scene_scale=scene_scale), view_opt=view_opt,
         resolution=build_schedule(cfg.trainer.resolution, max_steps, scene.train, list(cfg.data.background)),
     )
+
+
+def render_scene(cameras: List[Camera]) -> RenderScene:
+    """What :meth:`Renderer.setup` is given: the training cameras (in the training frame) and their
+    extent, the same in ``fit`` and in every command that renders."""
+    return RenderScene(cameras=tuple(cameras), scene_scale=camera_scene_scale(cameras))
+
+
+def set_up_renderer(renderer: Renderer, strategy: Strategy, cameras: List[Camera], model: GaussianModel) -> None:
+    """The renderer's lifecycle in ``fit``: :meth:`~Renderer.setup` with the run's scene and the
+    starting Gaussians; then it hears of every change of their rows (``gaussians_moved``)."""
+    renderer.setup(render_scene(cameras), model)
+    strategy.add_reindex_listener(renderer.gaussians_moved)
 
 
 def initial_model(cfg: DictConfig, scene: SceneData, cameras: List[Camera], info: Message) -> GaussianModel:

@@ -20,6 +20,7 @@ from ..data.pipeline import DataPipeline
 from ..hooks.dispatch import HookDispatcher
 from ..model.gaussians import GaussianModel
 from ..optim import build_optimizers, build_schedulers
+from ..render.base import Renderer
 from ..view_opt import ViewCorrections
 from .setup import rng_states, set_rng_states
 
@@ -35,6 +36,7 @@ class TrainingState(Protocol):
     device: torch.device
     max_steps: int
     model: GaussianModel
+    renderer: Renderer
     data: DataPipeline
     optimizers: Dict[str, torch.optim.Optimizer]
     strategy: Any
@@ -71,6 +73,7 @@ def capture(run: TrainingState, step: int, rng: Mapping[str, Any] | None = None)
         "optimizers": {name: opt.state_dict() for name, opt in run.optimizers.items()},
         "strategy_state": run.strategy_state,
         "view_opt": run.view_opt.state_dict(),
+        "renderer": renderer_entry(run.renderer),
         "data": run.data.state_dict(),
         "global_views": run.data.views * run.data.world_size,  # views per step over all ranks
         "rng": {**rng_states(), **(rng or {})},
@@ -111,6 +114,7 @@ def restore(run: TrainingState, path: Path, checkpoint: Dict[str, Any], info: Me
     cfg = run.cfg
     run.model.load_state_dict(checkpoint["gaussians"])
     _restore_training_weights(run, checkpoint.get("hooks", {}), warn)
+    restore_renderer(run.renderer, checkpoint, path)
     optimizers = build_optimizers(run.model, cfg.optim, run.scene_scale)
     schedulers = build_schedulers(optimizers, cfg.optim, run.scene_scale, run.max_steps)
     for name, optimizer in optimizers.items():
@@ -138,6 +142,24 @@ def restore(run: TrainingState, path: Path, checkpoint: Dict[str, Any], info: Me
                     strategy_state=_to_device(checkpoint["strategy_state"], run.device),
                     train_seconds=float(checkpoint.get("train_seconds", 0.0)),
                     last_metrics=dict(checkpoint.get("last_metrics", {})))
+
+
+def renderer_entry(renderer: Renderer) -> Dict[str, Any]:
+    """The checkpoint's ``renderer`` entry: the renderer's ``state`` and whether its scene files
+    differ from the Gaussians (``folds_into_export``: ``export`` then needs the renderer)."""
+    return {"type": type(renderer).__name__, "state": renderer.state_dict(),
+            "folds_into_export": renderer.folds_into_export()}
+
+
+def restore_renderer(renderer: Renderer, checkpoint: Mapping[str, Any], path: Path) -> None:
+    """Hand the checkpoint's renderer state to ``renderer`` (an empty one when the checkpoint has
+    none: it was written before renderers kept state); CheckpointError when it does not fit."""
+    state = (checkpoint.get("renderer") or {}).get("state") or {}
+    try:
+        renderer.load_state_dict(state)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+        raise CheckpointError(f"checkpoint '{path}': the renderer state does not fit renderer "
+                              f"{type(renderer).__name__} ({type(err).__name__}: {err})") from None
 
 
 def _restore_training_weights(run: TrainingState, states: Dict[str, Any], warn: Message) -> None:

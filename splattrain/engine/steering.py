@@ -16,7 +16,7 @@ from .row_edits import RowEdits
 
 
 #: What a published checkpoint keeps: enough to evaluate, render and export.
-PUBLISHED_KEYS = ("version", "step", "config", "sh_degree", "gaussians", "last_metrics", "world_transform")
+PUBLISHED_KEYS = ("version", "step", "config", "sh_degree", "gaussians", "last_metrics", "world_transform", "renderer")
 
 
 class SteeringCalls:
@@ -101,9 +101,13 @@ class SteeringCalls:
         return self.dist.max_over_ranks(list(values))
 
     def export_scene(self, name: str, fmt: str = "ply") -> Optional[Path]:
-        """Write the current Gaussians to ``<run_dir>/<name>`` in ``fmt`` (rank 0)."""
+        """Write the current Gaussians to ``<run_dir>/<name>`` in ``fmt`` (rank 0), with the renderer's
+        render-time transform folded in (``Renderer.export_gaussians``)."""
+        if not self.is_main:
+            return None
         antialiased = self.renderer.rasterize_mode == "antialiased"
-        return self.run_folder.write_scene(name, self.model.params, fmt, antialiased) if self.is_main else None
+        params = self.renderer.export_gaussians(self.model).params
+        return self.run_folder.write_scene(name, params, fmt, antialiased)
 
     def publish(self, formats: Sequence[str]) -> Optional[Path]:
         """Write ``ckpt/published.pt`` (no training state) and ``scene.<ext>`` in each format (rank 0)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
 
 from torch import Tensor
 
@@ -17,6 +17,20 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..model.gaussians import GaussianModel
 
 RASTERIZE_MODES = ("classic", "antialiased")
+
+
+@dataclass(frozen=True)
+class RenderScene:
+    """The run's scene as training sees it, handed to :meth:`Renderer.setup`.
+
+    Attributes:
+        cameras: the training cameras in the training frame (normalised when ``data.normalize``
+            is on), each with its intrinsics and image size at ``data.downscale``.
+        scene_scale: the cameras' extent in that frame (what densification's thresholds scale with).
+    """
+
+    cameras: Tuple["Camera", ...]
+    scene_scale: float
 
 
 @dataclass
@@ -58,6 +72,14 @@ class Renderer(ABC):
     ``@RENDERERS.register("name")``; the ``renderer`` config section's keys are the
     constructor's options).
 
+    Lifecycle, in call order: built from the config; ``absgrad`` and :attr:`extra_outputs` set;
+    :meth:`setup` with the run's scene and Gaussians (``fit``, and ``eval``, ``render``, ``view``,
+    ``export`` for a renderer whose :attr:`needs_scene` is True or that has the scene at hand);
+    on resume or in a command, :meth:`load_state_dict` with the checkpoint's state; then
+    :meth:`render` for every view, :meth:`gaussians_moved` whenever the strategy (or a hook)
+    changes the Gaussians' rows, :meth:`state_dict` at every checkpoint, and
+    :meth:`export_gaussians` wherever a scene file is written. Every default does nothing.
+
     Subclasses implement :meth:`render`; the trainer calls it once per training micro-batch
     (``depth`` True only when a loss term or ``trainer.render_depth`` asks) and once per test
     view at validation (``depth`` True). Every backend returns the same :class:`RenderResult`
@@ -78,6 +100,9 @@ class Renderer(ABC):
     supports_pose_grad = False
     #: Which of ``normals`` and ``distortion`` the backend can add to its renders.
     supported_extras: FrozenSet[str] = frozenset()
+    #: Whether :meth:`setup` needs the training cameras: the commands then read the run's scene
+    #: (and stop in one line naming its folder when it is gone) even where they need no views.
+    needs_scene = False
 
     def __init__(
         self,
@@ -123,6 +148,33 @@ class Renderer(ABC):
         ``depth``: True or ``'expected'`` fills ``RenderResult.depth``; ``'median'`` fills
         ``median_depth`` instead, ``'both'`` both; False neither and skips their work (training
         steps). The images named in :attr:`extra_outputs` are added in any case."""
+
+    def setup(self, scene: RenderScene, model: "GaussianModel") -> None:
+        """Called once before the first render, with the run's scene as training sees it and the
+        Gaussians (those the run starts with in ``fit``; the checkpoint's in a command)."""
+
+    def gaussians_moved(self, sources: Tensor, params: Mapping[str, Tensor]) -> None:
+        """The Gaussians' rows changed (densification, pruning, relocation, a hook's removal):
+        ``sources[i]`` is the old row of new row ``i`` (-1: a new Gaussian), ``params`` the new rows."""
+
+    def state_dict(self) -> Dict[str, Any]:
+        """What the renderer keeps across a resume (tensors, numbers, strings, dicts of them):
+        saved in every checkpoint under ``renderer``; empty by default."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s dict exactly (an empty one from a checkpoint that has
+        none); called after :meth:`setup` and after the checkpoint's Gaussians are loaded."""
+
+    def export_gaussians(self, model: "GaussianModel") -> "GaussianModel":
+        """The Gaussians a scene file holds: ``model`` with the render-time transform folded in,
+        so that a plain renderer draws what :meth:`render` draws (default: ``model`` itself)."""
+        return model
+
+    @classmethod
+    def folds_into_export(cls) -> bool:
+        """Whether :meth:`export_gaussians` changes the Gaussians (it is overridden)."""
+        return cls.export_gaussians is not Renderer.export_gaussians
 
     def training_threads(self) -> AbstractContextManager:
         """The trainer runs training inside this context: a backend that runs threads of its own
