@@ -7,7 +7,7 @@ import io
 import re
 import zipfile
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -222,11 +222,12 @@ def config_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> Tupl
     return incompatible, compatible
 
 
-def checkpoint_target(target: str | Path) -> Path:
-    """A checkpoint file from a run directory (its ckpt/last.pt, else newest) or a file path."""
+def checkpoint_target(target: str | Path, checkpoint_dir: Optional[Path] = None) -> Path:
+    """A checkpoint file from a run directory (its ``checkpoint_dir``, default ckpt/: last.pt, else
+    the newest) or a file path."""
     path = Path(target)
     if path.is_dir():
-        ckpt_dir = path / "ckpt"
+        ckpt_dir = checkpoint_dir if checkpoint_dir is not None else path / "ckpt"
         for candidate in [ckpt_dir / "last.pt", *step_checkpoints(ckpt_dir), ckpt_dir / "published.pt"]:
             if candidate.is_file():
                 return candidate

@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from .. import interrupts
 from ..console import Console
+from ..engine.run_folder import command_output
 from ..io.atomic import atomic_write_text
 from ..metrics import Evaluator, mean_metrics
 from ..io.png import save_png
@@ -32,7 +33,9 @@ def evaluate(
     """Render every ``split`` view of the checkpoint at ``target``, score it, and write metrics.json
     (``imports`` / ``trust_config``: see :func:`~splattrain.commands.snapshot.load_snapshot`)."""
     snapshot = load_snapshot(target, device, imports, trust_config)
-    out_dir = Path(out) if out is not None else snapshot.run_dir / "eval" / f"step_{snapshot.step:06d}"
+    folder = command_output(snapshot.run_dir, out, Path("eval") / f"step_{snapshot.step:06d}",
+                            ["renders"] if save_renders else [])
+    out_dir = folder.path
     cfg = snapshot.cfg
     evaluator = Evaluator(cfg.metrics.lpips if lpips is None else lpips, cfg.metrics.lpips_net, snapshot.device, console.warning,
                           OmegaConf.select(cfg, "metrics.lpips_weights", default=None),
@@ -47,7 +50,7 @@ def evaluate(
         name = batch["camera"][0].name
         per_view.append({"view": name, **evaluator(result.rgb, batch["image"])})
         if save_renders:
-            save_png(out_dir / "renders" / f"{name}.png", result.rgb[0])
+            save_png(folder.file("renders", f"{name}.png"), result.rgb[0])
     report = {
         "checkpoint": str(snapshot.path),
         "step": snapshot.step,
@@ -55,7 +58,7 @@ def evaluate(
         **mean_metrics(per_view),
         "per_view": per_view,
     }
-    atomic_write_text(out_dir / "metrics.json", json.dumps(report, indent=2) + "\n")
+    atomic_write_text(folder.file("metrics.json"), json.dumps(report, indent=2) + "\n")
     rows = [[v["view"], f"{v['psnr']:.3f}", f"{v['ssim']:.4f}", _fmt(v["lpips"])] for v in per_view]
     rows.append(["mean", f"{report['psnr']:.3f}", f"{report['ssim']:.4f}", _fmt(report["lpips"])])
     console.table(f"{split} views of {snapshot.path} (step {snapshot.step})", ["view", "PSNR", "SSIM", "LPIPS"], rows)

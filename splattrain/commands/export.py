@@ -10,6 +10,7 @@ import torch
 from omegaconf import OmegaConf
 
 from ..console import Console
+from ..engine.run_folder import command_output
 from ..errors import UserError
 from ..io.gaussians_file import FORMATS, truncate_sh, write_gaussians_file
 from ..model.transform import transform_gaussians
@@ -49,7 +50,7 @@ def export(
     if world_frame not in ("original", "normalized"):
         raise UserError(f"world frame {world_frame!r}: use 'original' or 'normalized'")
     if fmt == "mesh":
-        path = Path(out) if out is not None else snapshot.run_dir / "export" / f"step_{snapshot.step:06d}_mesh.ply"
+        path = _output_file(snapshot.run_dir, out, f"step_{snapshot.step:06d}_mesh.ply")
         return export_mesh(snapshot, console, path, world_frame, mesh or MeshOptions())
     exported, antialiased = snapshot.exported_scene(console.debug, console.warning)  # as rendered
     params = {key: value.detach() for key, value in exported.params.items()}
@@ -62,9 +63,17 @@ def export(
     if sh_degree is not None:
         params = truncate_sh(params, sh_degree)
     suffix = FORMATS[fmt]
-    path = Path(out) if out is not None else snapshot.run_dir / "export" / f"step_{snapshot.step:06d}.{suffix}"
+    path = _output_file(snapshot.run_dir, out, f"step_{snapshot.step:06d}.{suffix}")
     write_gaussians_file(path, params, fmt, antialiased=antialiased)
     size = path.stat().st_size / 2**20
     n = snapshot.model.num_gaussians
     console.info(f"wrote {n} Gaussians to {path} ({fmt}, {size:.2f} MiB, {world_frame} frame)")
     return path
+
+
+def _output_file(run_dir: Path, out: Optional[str | Path], name: str) -> Path:
+    """``out``, or ``export/<name>`` in the run folder: the file's folders checked and made, a link
+    where the file goes refused (:func:`~splattrain.engine.run_folder.command_output`)."""
+    if out is not None:
+        return command_output(run_dir, Path(out).parent, "").file(Path(out).name)
+    return command_output(run_dir, None, "export").file(name)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import torch
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from ..checkpoint import checkpoint_target, load_checkpoint_file
@@ -47,6 +48,7 @@ class Snapshot:
     cfg: DictConfig
     model: GaussianModel
     device: torch.device
+    run_dir: Path  #: the run folder: the target when it is a folder, else the one above ckpt/ (or the file's)
 
     @property
     def step(self) -> int:
@@ -56,12 +58,6 @@ class Snapshot:
     def sh_degree(self) -> int:
         """The SH degree the run used at its checkpoint step."""
         return degree_for_step(self.step, self.cfg.model.sh_degree_interval, self.cfg.model.sh_degree)
-
-    @property
-    def run_dir(self) -> Path:
-        """The run directory the checkpoint belongs to (the folder above ckpt/)."""
-        parent = self.path.parent
-        return parent.parent if parent.name == "ckpt" else parent
 
     @property
     def background(self) -> torch.Tensor:
@@ -149,15 +145,47 @@ def load_snapshot(target: str | Path, device: str = "auto", imports: Sequence[st
 
     ``imports`` (paths or module names) are imported first; ``trust_config`` also imports what the
     run's config names in ``imports:`` (its code runs: only for runs one trusts)."""
-    path = checkpoint_target(target)
+    run_dir = Path(target)
+    path = checkpoint_target(run_dir, run_checkpoint_dir(run_dir) if run_dir.is_dir() else None)
     checkpoint = load_checkpoint_file(path)
     cfg = check_scene(checkpoint, path)
     import_user_modules(list(imports))
-    run_dir = path.parent.parent if path.parent.name == "ckpt" else path.parent
+    if not run_dir.is_dir():
+        run_dir = path.parent.parent if path.parent.name == "ckpt" else path.parent
     if trust_config:
         import_user_modules(list(cfg.imports), run_dir)
     if cfg.data.type == "auto" and checkpoint.get("data_type"):  # the reader the run's auto-detection chose
         cfg.data.type = str(checkpoint["data_type"])
     resolved = resolve_device(device)
     model = GaussianModel(checkpoint["gaussians"], int(checkpoint["sh_degree"])).to(resolved)
-    return Snapshot(path=path, checkpoint=checkpoint, cfg=cfg, model=model, device=resolved)
+    return Snapshot(path=path, checkpoint=checkpoint, cfg=cfg, model=model, device=resolved, run_dir=run_dir)
+
+
+#: The largest run config.yaml read to find the run's checkpoint folder.
+MAX_RUN_CONFIG_BYTES = 1 << 20
+
+
+def run_checkpoint_dir(run_dir: Path) -> Path:
+    """Where the run in ``run_dir`` keeps its checkpoints: the ``checkpoint_dir`` its config.yaml
+    names (a relative one from the folder the run was started in, which its ``output_dir`` tells,
+    else from the current folder), or ``ckpt/``."""
+    config, default = run_dir / "config.yaml", run_dir / "ckpt"
+    try:
+        if config.is_symlink() or not config.is_file() or config.stat().st_size > MAX_RUN_CONFIG_BYTES:
+            return default
+        data = yaml.safe_load(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return default  # not a config splattrain wrote: the checkpoint is looked for in ckpt/
+    folder = data.get("checkpoint_dir") if isinstance(data, dict) else None
+    if not isinstance(folder, str) or not folder.strip():
+        return default
+    if Path(folder).is_absolute():
+        return Path(folder)
+    output_dir = data.get("output_dir")
+    parts = Path(output_dir).parts if isinstance(output_dir, str) and not Path(output_dir).is_absolute() else ()
+    resolved = run_dir.resolve().parts
+    if parts and ".." not in parts and resolved[-len(parts):] == parts:
+        started_in = Path(*resolved[: -len(parts)])
+        if (started_in / folder).is_dir():
+            return started_in / folder
+    return Path(folder)

@@ -21,8 +21,9 @@ def _number(value: Any) -> bool:
 
 def check_numbers(cfg: DictConfig, source: str) -> None:
     """Refuse NaN / inf / negative learning rates, out-of-range loss weights, an SH degree no
-    renderer supports, an empty random initialisation and an empty ``output_dir`` (ConfigError
-    naming ``source`` and the key)."""
+    renderer supports, an empty random initialisation and an empty ``output_dir`` or
+    ``checkpoint_dir`` (ConfigError naming ``source`` and the key). Where those folders lie (never
+    the root, the current folder or one above it) is checked by the run folder before it is locked."""
 
     def refuse(key: str, value: Any, expected: str) -> None:
         raise ConfigError(f"{source}: key '{key}' must be {expected}, got {value!r}")
@@ -58,6 +59,7 @@ def check_numbers(cfg: DictConfig, source: str) -> None:
         refuse("trainer.steps_scaler", cfg.trainer.steps_scaler, "a finite number > 0")
     if cfg.trainer.max_steps > MAX_STEPS:
         refuse("trainer.max_steps", cfg.trainer.max_steps, f"at most {MAX_STEPS}")
-    output_dir = OmegaConf.select(cfg, "output_dir")
-    if output_dir is not None and not str(output_dir).strip():
-        refuse("output_dir", output_dir, "a folder name (null for outputs/<name>)")
+    for key, default in (("output_dir", "outputs/<name>"), ("checkpoint_dir", "<output_dir>/ckpt")):
+        folder = OmegaConf.select(cfg, key)
+        if folder is not None and not str(folder).strip():
+            refuse(key, folder, f"a folder name (null for {default})")

@@ -5,19 +5,21 @@ locks the run folder (and the checkpoint folder when that lies elsewhere), check
 them before anything changes, knows the run's id, names every checkpoint file, and opens the
 folder: temporaries a killed process left are removed, the run marker, ``config.yaml`` and
 ``log.txt`` are written. Only rank 0 touches files; other ranks hold a folder that only names paths.
+:func:`command_output` is where ``eval``, ``render`` and ``export`` write, by the same rules.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..checkpoint import save_checkpoint_file, step_checkpoints
 from ..errors import ConfigError
+from ..files import OutputFolder, linked_file_error, refuse_links_under
 from ..io.gaussians_file import FORMATS, write_gaussians_file
 from ..io.atomic import atomic_link, atomic_write_text
-from .run_identity import check_checkpoint_run, foreign_entries, new_run_id, read_run_id, write_run_id
+from .run_identity import (MARKER_NAME, check_checkpoint_run, foreign_checkpoint_entries, foreign_entries,
+                           is_splattrain_run, new_run_id, read_run_id, write_run_id)
 from .run_lock import RunDirectoryError, RunLock, RunLocks, move_run_aside, remove_stale_temporaries
 
 #: Files a run appends to: a symbolic link in their place is refused before anything changes.
@@ -55,6 +57,7 @@ class RunFolder:
         naming the process holding either). Nothing is locked on ranks other than 0."""
         if not self.is_main:
             return
+        self.check_places()
         locks = RunLocks([RunLock(self.run_dir).acquire(self.notes.append)])
         if self.separate_checkpoints:
             try:
@@ -63,6 +66,18 @@ class RunFolder:
                 locks.release()
                 raise
         self._locks = locks
+
+    def check_places(self) -> None:
+        """Refuse, before anything is written, an ``output_dir`` or ``checkpoint_dir`` that cannot be a
+        run's own folder: the root, the current folder or one above it, a file; and a separate
+        ``checkpoint_dir`` that holds files but no splattrain checkpoint."""
+        for key, folder in (("output_dir", self.run_dir), ("checkpoint_dir", self.checkpoint_dir)):
+            _refuse_place(key, folder)
+        foreign = foreign_checkpoint_entries(self.checkpoint_dir) if self.separate_checkpoints else []
+        if foreign:
+            shown = ", ".join(repr(name) for name in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+            raise RunDirectoryError(f"checkpoint_dir '{self.checkpoint_dir}' is not empty and holds no splattrain "
+                                    f"checkpoint ({len(foreign)} entries: {shown}); choose another checkpoint_dir")
 
     def release(self) -> None:
         """Drop the locks (nothing when none are held)."""
@@ -119,16 +134,9 @@ class RunFolder:
         checkpoint) folder: files would be written through them, into the folders they point at."""
         for name in APPENDED_FILES:
             if (self.run_dir / name).is_symlink():
-                raise RunDirectoryError(f"'{self.run_dir / name}' is a symbolic link; splattrain writes its run files "
-                                        "only as regular files, never through a link: remove it")
+                raise linked_file_error(self.run_dir / name)
         for folder in (self.run_dir, self.checkpoint_dir):
-            for parent, folders, files in os.walk(folder):  # links to folders are listed, not followed
-                for name in folders + files:
-                    path = Path(parent) / name
-                    if path.is_symlink() and not path.is_file():  # a link to a folder, or to nothing
-                        raise RunDirectoryError(f"'{path}' is a symbolic link to a folder (or to nothing); "
-                                                "splattrain writes its run files only into real folders, never "
-                                                "through a link: remove it")
+            refuse_links_under(folder)
 
     # -- opening ------------------------------------------------------------------------
     def open(self, config_text: str) -> List[str]:
@@ -180,6 +188,38 @@ class RunFolder:
         if not saved:
             return "no checkpoint was saved before it"
         return f"its last checkpoint with Gaussians is {saved[0]} (resume with --resume {saved[0]})"
+
+
+#: A run's own folder for each key, as the refusal of another one suggests.
+PLACES_SHOWN = {"output_dir": "outputs/<name>", "checkpoint_dir": "<output_dir>/ckpt"}
+
+
+def _refuse_place(key: str, folder: Path) -> None:
+    """A run folder (or checkpoint folder) is a folder of its own: never the root, the current folder
+    or one above it (``--overwrite`` would move the folder one works in aside), nor a file."""
+    resolved, here = folder.resolve(), Path.cwd().resolve()
+    where = ("the root folder" if resolved == Path(resolved.anchor) else "the current folder" if resolved == here
+             else "a folder above the current one" if here.is_relative_to(resolved) else None)
+    if where is not None:
+        raise RunDirectoryError(f"{key} '{folder}' is {where}; a run writes into a folder of its own: "
+                                f"choose another {key} (a new folder, such as {PLACES_SHOWN[key]})")
+    if folder.exists() and not folder.is_dir():
+        raise RunDirectoryError(f"{key} '{folder}' is a file, not a folder; choose another {key}")
+
+
+def command_output(run_dir: Path, out: Optional[str | Path], default: str | Path,
+                   subfolders: Sequence[str] = ()) -> OutputFolder:
+    """Where ``eval``, ``render`` and ``export`` write: the folder ``out`` when given (the
+    user's; the levels a command makes below it, ``subfolders`` among them, and the files it writes
+    are checked), else ``default`` inside ``run_dir``, which must hold a splattrain run
+    (RunDirectoryError otherwise: pass --out); there every level, and a link anywhere in what the
+    folder holds already, is refused before anything is written."""
+    if out is not None:
+        return OutputFolder(Path(out)).check(subfolders)
+    if not is_splattrain_run(run_dir):
+        raise RunDirectoryError(f"'{run_dir}' holds no splattrain run (no {MARKER_NAME} marker, no checkpoint in "
+                                "ckpt/), and splattrain writes by default only into its own runs: pass --out")
+    return OutputFolder(Path(run_dir), default).check(subfolders, whole=True)
 
 
 def _inside(folder: Path, run_dir: Path) -> bool:

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Optional
 from ..checkpoint import has_checkpoint_header
 from ..errors import UserError
 from ..io.atomic import atomic_write_text
-from .run_lock import LOCK_NAME, RunDirectoryError
+from .run_lock import LOCK_NAME, STALE_TEMPORARY, RunDirectoryError
 
 MARKER_NAME = ".splattrain-run"
 _ID = re.compile(r"^[0-9a-f]{32}$")
@@ -72,6 +72,20 @@ def foreign_entries(run_dir: Path) -> list:
     if not run_dir.is_dir() or is_splattrain_run(run_dir):
         return []
     return sorted(entry.name for entry in run_dir.iterdir() if entry.name != LOCK_NAME)
+
+
+def foreign_checkpoint_entries(folder: Path) -> list:
+    """What a checkpoint folder holds (its lock file and splattrain's temporaries aside) when none of
+    it is a splattrain checkpoint; empty for a folder holding one, an empty folder or none at all."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    entries = sorted(entry.name for entry in folder.iterdir()
+                     if entry.name != LOCK_NAME and not STALE_TEMPORARY.match(entry.name))
+    checkpoints = (path for path in folder.glob("*.pt") if path.is_file() and not path.is_symlink())
+    if not entries or any(has_checkpoint_header(path) for path in checkpoints):
+        return []
+    return entries
 
 
 def check_checkpoint_run(checkpoint: Mapping[str, Any], path: Path, run_id: Optional[str]) -> None:

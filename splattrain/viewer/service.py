@@ -10,6 +10,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
+from ..files import NotARegularFileError, OutputFolder
 from ..io.atomic import atomic_write_bytes
 from ..io.png import png_bytes
 from ..model.gaussians import GaussianModel
@@ -110,6 +111,8 @@ class ViewService:
                     from ..errors import describe_os_error
 
                     self.server.warn_once(f"png:{err.errno}", f"viewer: the view was not saved: {describe_os_error(err)}")
+                except NotARegularFileError as err:  # a link where views go: refused, never written through
+                    self.server.warn_once("png:link", f"viewer: the view was not saved: {err}")
         seconds = time.perf_counter() - started
         self.renders += 1
         self.render_seconds += seconds
@@ -126,9 +129,9 @@ class ViewService:
         return total
 
     def _save_png(self, request: ViewRequest, image: np.ndarray) -> None:
-        self.png_dir.mkdir(parents=True, exist_ok=True)
         self._png_count += 1
-        path = self.png_dir / f"view_{time.strftime('%Y%m%d_%H%M%S')}_{self._png_count:03d}_{request.mode}.png"
+        name = f"view_{time.strftime('%Y%m%d_%H%M%S')}_{self._png_count:03d}_{request.mode}.png"
+        path = OutputFolder(self.png_dir.parent, self.png_dir.name).file(name)
         data = png_bytes(image)
         atomic_write_bytes(path, lambda f: f.write(data))
         if self.log is not None:
