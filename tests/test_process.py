@@ -238,6 +238,8 @@ def test_ctrl_c_stops_cleanly_and_the_next_run_resumes(tmp_path: Path) -> None:
     assert not (scene / "sparse").exists()
     result = run_cli("process", str(photos), str(scene))
     assert result.returncode == 0, result.stdout + result.stderr
+    assert "reused from the last run" in result.stdout  # the stopped run recorded its database as its own
+    assert not list(tmp_path.glob("scene.old-*"))
     assert json.loads((scene / "colmap" / "summary.json").read_text())["registered"] == 8
 
 

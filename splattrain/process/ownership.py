@@ -21,11 +21,14 @@ import posixpath
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from .inputs import MAX_DEPTH
 from .tree import walk
 from .workspace import WORK, OutputFolderError, Workspace
 
 #: Entries of the work folder checked at most (a video's frames and COLMAP's files).
 MAX_WORK_ENTRIES = 100_000
+#: Folders nest no deeper in the work folder (the staged scene's ``images/`` holds the input's tree).
+MAX_WORK_DEPTH = MAX_DEPTH + 4
 DATABASE = f"{WORK}/database.db"
 #: Files that move aside together: the database and SQLite's files beside it.
 _DATABASE_FILES = (DATABASE, f"{DATABASE}-wal", f"{DATABASE}-shm")
@@ -72,13 +75,17 @@ def foreign_entries(space: Workspace) -> List[str]:
     leave there as they are: not listed by the marker, changed since, links, special files."""
     listed = set(space.marker.folders)
     moving: List[str] = []
-    for seen, (rel, entry, _) in enumerate(walk(space.work, lambda rel, depth: f"{WORK}/{rel}" in listed), 1):
+
+    def own(rel: str, depth: int) -> bool:  # a folder process made: entered; any other: moved whole
+        return f"{WORK}/{rel}" in listed and depth <= MAX_WORK_DEPTH
+
+    for seen, (rel, entry, depth) in enumerate(walk(space.work, own), 1):
         if seen > MAX_WORK_ENTRIES:
             raise OutputFolderError(f"{space.work}: holds more than {MAX_WORK_ENTRIES} entries; "
                                     "splattrain process never writes that many")
         path = f"{WORK}/{rel}"
         if entry.is_dir(follow_symlinks=False):
-            if path not in listed:
+            if not own(rel, depth):
                 moving.append(path)
         elif not _unchanged(space, path, entry):
             moving += _unit(path)
