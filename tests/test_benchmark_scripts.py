@@ -4,11 +4,16 @@ module the scripts share (no ``__main__`` block) loads and does nothing."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import runpy
 import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import needs_shared
+from lego_views import LEGO, lego_subset
 
 BENCHMARKS = sorted((Path(__file__).resolve().parent.parent / "benchmarks").glob("*.py"))
 
@@ -27,3 +32,48 @@ def test_a_benchmark_prints_its_usage(script: Path, tmp_path: Path, monkeypatch,
         runpy.run_path(str(script), run_name=script.stem)
         assert capsys.readouterr().out == ""
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def _bench(name: str):
+    """A benchmark script as a module (its ``main`` called with arguments)."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS[0].parent / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+TINY_LEGO = ["--steps", "12", "--ladder", "4", "8", "--views", "2", "data.downscale=16",
+             "model.init.num_points=500", "metrics.lpips=false"]
+
+
+@needs_shared(LEGO)
+def test_the_lego_ladder_runs_straight_and_in_parts(tmp_path, capsys):
+    bench = _bench("bench_blender")
+    scene = lego_subset(tmp_path / "lego", train=[0, 1, 2], test=[0, 50, 100, 150])
+    assert bench.main(["--scene", str(scene), "--out", str(tmp_path / "straight"), *TINY_LEGO]) == 0
+    straight = json.loads((tmp_path / "straight" / "lego" / "ladder.json").read_text())
+    said = capsys.readouterr().out
+    assert "lego: final, every test view: PSNR" in said and "35.78 dB  not reached" in said
+
+    parts = ["--scene", str(scene), "--out", str(tmp_path / "parts"), *TINY_LEGO]
+    assert bench.main([*parts, "--stop-at", "8"]) == 0
+    assert "lego: stopped after step 8; go on with --resume" in capsys.readouterr().out
+    first = json.loads((tmp_path / "parts" / "lego" / "ladder.json").read_text())
+    assert not first["finished"] and [r["step"] for r in first["ladder"]] == [4, 8]
+    assert bench.main([*parts, "--resume"]) == 0
+    resumed = json.loads((tmp_path / "parts" / "lego" / "ladder.json").read_text())
+
+    assert straight["finished"] and resumed["finished"]
+    assert [r["step"] for r in resumed["ladder"]] == [4, 8, 12]
+    assert [r["views"] for r in resumed["ladder"]] == [2, 2, 4]  # the last figure: every test view
+    assert resumed["ladder"][:2] == first["ladder"]  # the first part's records, from its checkpoint
+    for ours, theirs in zip(resumed["ladder"], straight["ladder"]):  # the run's exact resume
+        assert ours["psnr"] == pytest.approx(theirs["psnr"], abs=1e-5)
+        assert ours["gaussians"] == theirs["gaussians"]
+    before, last = first["ladder"][-1], resumed["ladder"][-1]
+    assert last["train_seconds"] > before["train_seconds"] and last["wall_seconds"] > before["wall_seconds"]
+    assert last["ssim"] is not None and last["lpips"] is None
+
+    assert bench.main([*parts, "--resume"]) == 0  # finished: reported as it stands
+    assert json.loads((tmp_path / "parts" / "lego" / "ladder.json").read_text()) == resumed
+    assert "time to quality" in capsys.readouterr().out
