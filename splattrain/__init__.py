@@ -26,6 +26,7 @@ _EXPORTS = {
     "Priority": ".hooks",
     "RunSchedule": ".hooks.trainer_api",
     "StepOutputs": ".hooks.trainer_api",
+    "StrategyContext": ".hooks.trainer_api",
     "Trainer": ".hooks.trainer_api",
     "LossTerm": ".losses",
     "GaussianModel": ".model.gaussians",

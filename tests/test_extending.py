@@ -297,7 +297,7 @@ def test_dataset_reader_reads_what_the_blender_reader_reads(tmp_path, monkeypatc
 
 # -- the docs quote the examples exactly ---------------------------------------------------------
 @pytest.mark.parametrize("example", ["my_extensions.py", "my_writer.py", "my_loss.py", "my_strategy.py",
-                                     "my_renderer.py", "my_dataset.py"])
+                                     "error_densify.py", "my_renderer.py", "my_dataset.py"])
 def test_extending_docs_quote_the_examples_exactly(example):
     blocks = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "extending.md").read_text(), re.S)
     assert (REPO / "examples" / example).read_text() in blocks
