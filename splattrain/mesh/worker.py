@@ -106,13 +106,11 @@ class FusionProcess:
         while not self._conn.poll(POLL_SECONDS):
             interrupts.check()
             if not self._process.is_alive() and not self._conn.poll():
-                code = self._process.exitcode
-                why = " (killed: out of memory?)" if code == -signal.SIGKILL else ""
-                raise DataError(f"the TSDF fusion process ended unexpectedly, exit code {code}{why}")
+                raise self._ended()
         try:
             kind, payload = self._conn.recv()
-        except EOFError:
-            raise DataError("the TSDF fusion process ended unexpectedly") from None
+        except (EOFError, ConnectionResetError):
+            raise self._ended() from None
         self._waiting = False
         if kind == "error":
             raise payload
@@ -126,9 +124,17 @@ class FusionProcess:
         try:
             self._conn.send(message)
         except (BrokenPipeError, ConnectionResetError):
-            self._receive()  # the error it sent, or how it ended
-            raise DataError("the TSDF fusion process ended unexpectedly") from None
+            if self._conn.poll():
+                self._receive()  # the error it sent
+            raise self._ended() from None
         self._waiting = True
+
+    def _ended(self) -> DataError:
+        """The error for a fusion process that ended without answering (killed, crashed)."""
+        self._process.join(5.0)
+        code = self._process.exitcode
+        why = " (killed: out of memory?)" if code == -signal.SIGKILL else ""
+        return DataError(f"the TSDF fusion process ended unexpectedly, exit code {code}{why}")
 
     def integrate(self, rgb: np.ndarray, depth: np.ndarray, K: np.ndarray, viewmat: np.ndarray) -> None:
         """Send one view (as :meth:`TsdfFusion.integrate`); it is fused while the next renders."""
