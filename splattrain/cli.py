@@ -230,16 +230,13 @@ def _list(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    if args.config:  # the config's imports: may register more: import everything
-        from . import registry
-        from .engine import load_config  # imports every built-in plugin
+    from . import registry
+
+    if args.config:  # the config's imports may register more
+        from .engine import load_config
 
         load_config(Path(args.config))
-        described = getattr(registry, _REGISTRIES[args.what]).describe()
-    else:
-        from .catalog import describe_builtin  # read from the sources: no PyTorch import
-
-        described = describe_builtin(args.what)
+    described = getattr(registry, _REGISTRIES[args.what]).describe()  # its built-ins imported on first use
     table = Table(title=f"registered {args.what}", title_justify="left")
     table.add_column("name")
     table.add_column("description")

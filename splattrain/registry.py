@@ -4,9 +4,10 @@ loss terms, densification strategies, trainers) is registered here and built fro
 from __future__ import annotations
 
 import difflib
+import importlib
 import inspect
 import typing
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Type, TypeVar
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Type, TypeVar
 
 from .errors import ConfigError
 
@@ -37,17 +38,28 @@ class Registry:
     ... class MyHook: ...
     >>> HOOKS.build({"type": "MyHook"})
 
-    A registry knows what was registered so far: the package that defines a kind's built-ins
-    registers them when it is imported, and whoever looks them up imports that package (the
-    engine imports every built-in package). A package may set how its config section is checked
+    ``locations`` are the modules (dotted names) that register a kind's built-ins, as in
+    MMEngine: the registry imports them the first time anyone looks an entry up, lists, checks
+    or builds, so nothing needs to import every package beforehand and the registry is the one
+    place that knows what exists. A package may set how its config section is checked
     (:meth:`set_checker`).
     """
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, locations: Sequence[str] = ()) -> None:
         self.kind = kind
+        self.locations = tuple(locations)
+        self._located = not self.locations
         self._checker: Optional[Callable[[Any, str], None]] = None
         self._entries: Dict[str, Callable[..., Any]] = {}
         self._aliases: Dict[str, list[str]] = {}
+
+    def import_locations(self) -> None:
+        """Import the modules that register the built-ins (once; later calls cost nothing)."""
+        if self._located:
+            return
+        self._located = True  # first: the modules' own lookups while they load must not recurse
+        for module in self.locations:
+            importlib.import_module(module)
 
     def set_checker(self, checker: Callable[[Any, str], None]) -> None:
         """How :meth:`check` checks this kind's config section (``checker(section, where)``);
@@ -57,6 +69,7 @@ class Registry:
     def check(self, spec: Any, where: str) -> None:
         """Refuse unknown types and options in the config section ``spec`` at key path ``where``
         with a ConfigError naming the key; builds nothing, so it has no side effects."""
+        self.import_locations()
         if self._checker is not None:
             self._checker(spec, where)
             return
@@ -68,7 +81,9 @@ class Registry:
     def register(
         self, name: Optional[str] = None, *, aliases: tuple[str, ...] = (), force: bool = False
     ) -> Callable[[Type[T]], Type[T]]:
-        """Class decorator registering under ``name`` (default: the class name) and aliases."""
+        """Class decorator registering under ``name`` (default: the class name) and aliases; the
+        built-ins are registered first, so a name one of them has is refused whatever the order."""
+        self.import_locations()
 
         def decorator(obj: Type[T]) -> Type[T]:
             for key in (name or obj.__name__, *aliases):
@@ -82,6 +97,7 @@ class Registry:
 
     def get(self, name: str) -> Callable[..., Any]:
         """The class registered as ``name``; a ConfigError naming close matches otherwise."""
+        self.import_locations()
         try:
             return self._entries[name]
         except KeyError:
@@ -112,6 +128,7 @@ class Registry:
 
     def describe(self) -> Dict[str, str]:
         """Primary names with the first line of each docstring and their aliases."""
+        self.import_locations()
         out = {}
         for key, aliases in sorted(self._aliases.items()):
             doc = inspect.getdoc(self._entries[key]) or ""
@@ -126,16 +143,20 @@ class Registry:
 
     def entries(self) -> list[tuple[str, Callable[..., Any]]]:
         """(primary name, class) in registration order."""
+        self.import_locations()
         return [(name, self._entries[name]) for name in self._aliases]
 
     def __contains__(self, name: str) -> bool:
+        self.import_locations()
         return name in self._entries
 
     def __iter__(self) -> Iterator[str]:
         """Primary names, sorted."""
+        self.import_locations()
         return iter(sorted(self._aliases))
 
     def __len__(self) -> int:
+        self.import_locations()
         return len(self._aliases)
 
 
@@ -219,12 +240,12 @@ def _type_name(annotation: Any) -> str:
     return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
 
 
-HOOKS = Registry("hook")
-WRITERS = Registry("writer")
-DATASETS = Registry("dataset")
-RENDERERS = Registry("renderer")
-LOSSES = Registry("loss term")
-STRATEGIES = Registry("strategy")
-TRAINERS = Registry("trainer")
-APPEARANCE = Registry("appearance model")
-POSE_OPT = Registry("pose refinement")
+HOOKS = Registry("hook", locations=("splattrain.hooks",))
+WRITERS = Registry("writer", locations=("splattrain.writers",))
+DATASETS = Registry("dataset", locations=("splattrain.data",))
+RENDERERS = Registry("renderer", locations=("splattrain.render",))
+LOSSES = Registry("loss term", locations=("splattrain.losses",))
+STRATEGIES = Registry("strategy", locations=("splattrain.strategy",))
+TRAINERS = Registry("trainer", locations=("splattrain.engine",))
+APPEARANCE = Registry("appearance model", locations=("splattrain.view_opt",))
+POSE_OPT = Registry("pose refinement", locations=("splattrain.view_opt",))

@@ -1,8 +1,8 @@
 """Check a config's plugin sections (renderer, strategy, loss, view corrections, data, hooks, writers)
 against the registered classes, after importing the modules named in ``imports:``.
 
-The packages imported here register the built-in plugins (each registry holds what its package
-defines once imported); each package decides how its section is checked
+Each registry imports the modules that register its built-ins the first time it is used
+(its ``locations``); each package decides how its section is checked
 (:meth:`splattrain.registry.Registry.set_checker`).
 """
 
@@ -13,9 +13,7 @@ from typing import Any, Dict, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from .. import hooks, losses, render, strategy, view_opt, writers  # noqa: F401  (register the built-ins)
 from ..config.imports import import_user_modules
-from ..data import loading  # noqa: F401  (registers the built-in dataset readers)
 from ..errors import ConfigError
 from ..registry import APPEARANCE, DATASETS, HOOKS, LOSSES, POSE_OPT, RENDERERS, STRATEGIES, TRAINERS, WRITERS
 
