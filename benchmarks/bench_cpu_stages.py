@@ -10,6 +10,11 @@ compositing forward + backward, the loss, and a whole step (render + loss + back
 projection, SH and compositing kernels are built for several instruction sets; ``--isa`` picks
 which ones to time (default: every one this CPU runs).
 
+``--lego`` times the NeRF-synthetic lego scene as ``configs/blender.yaml`` trains it (the first of
+its 800x800 training views, ``../shared/scenes/lego`` or ``--data``) with 100k, 200k and 300k
+random-init Gaussians (``--gaussians`` names other counts); one table per count. Extra
+``dotted.key=value`` arguments go to the preset (``data.downscale=8``: a smaller view).
+
 ``--cpu-time`` times the calling thread's CPU seconds instead of wall time and reports the
 least of the repeats: with one thread (``OMP_NUM_THREADS=1``) that figure hardly moves when other
 programs share the machine, so two versions can be compared on a busy machine.
@@ -19,6 +24,7 @@ programs share the machine, so two versions can be compared on a busy machine.
     python benchmarks/bench_cpu_stages.py --config configs/colmap.yaml --data ../shared/scenes/cup \
         --checkpoint <a cup run>/ckpt/last.pt
     OMP_NUM_THREADS=1 python benchmarks/bench_cpu_stages.py --checkpoint outputs/demo/ckpt/last.pt --cpu-time
+    python benchmarks/bench_cpu_stages.py --lego --isa avx2 --repeats 10
 """
 
 from __future__ import annotations
@@ -27,39 +33,68 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
+from omegaconf import OmegaConf
 
 from bench_rasterizer import median_ms
 from splattrain.cameras import stack_cameras
 from splattrain.commands.snapshot import load_snapshot
+from splattrain.console import Console
+from splattrain.data.pipeline import focus_point
 from splattrain.engine import load_config
 from splattrain.engine.trainer import DefaultTrainer
 from splattrain.losses import photometric_loss
+from splattrain.model.gaussians import GaussianModel
+from splattrain.model.init import random_gaussians
 from splattrain.registry import RENDERERS
 from splattrain.kernels import build
 from splattrain.render import cpu_rasterizer as cpu
 from splattrain.kernels.threads import cores_for_the_library, loop_threads
 
 REPO = Path(__file__).resolve().parents[1]
+LEGO = REPO.parent / "shared" / "scenes" / "lego"
+LEGO_GAUSSIANS = [100_000, 200_000, 300_000]
+
+
+def first_view(config: Path, data: Optional[Path], overrides: Sequence[str] = ()) -> Tuple[Any, Dict[str, Any]]:
+    """A trainer built for ``config``'s scene (``data``: another data.path; not run) and its first
+    training batch."""
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = ["metrics.lpips=false", f"output_dir={tmp}", "writers=[]", *overrides]
+        if data is not None:
+            settings.insert(0, f"data.path={data.resolve()}")
+        trainer = DefaultTrainer(load_config(config, settings), console=Console(quiet=True))
+    batch = trainer.data.next_train(1)
+    trainer.data.close()
+    return trainer, batch
+
+
+def random_model(trainer: Any, gaussians: int) -> GaussianModel:
+    """``gaussians`` Gaussians as the trainer's ``model.init`` places them (random init)."""
+    init = OmegaConf.merge(trainer.cfg.model.init, {"num_points": gaussians})
+    model = random_gaussians(init, int(trainer.cfg.model.sh_degree), focus_point(trainer.data.train_cameras),
+                             int(trainer.cfg.seed))
+    for param in model.params.values():
+        param.requires_grad_(True)
+    return model
 
 
 def stage_timers(gaussians: int, checkpoint: Optional[Path] = None, config: Path = REPO / "configs" / "demo.yaml",
-                 data: Optional[Path] = None) -> Dict[str, Callable[[], object]]:
+                 data: Optional[Path] = None, overrides: Sequence[str] = (),
+                 view: Optional[Tuple[Any, Dict[str, Any]]] = None) -> Dict[str, Callable[[], object]]:
     """One callable per stage, on the first training view of ``config``'s scene (``data``:
-    another data.path), with random-init Gaussians or the checkpoint's."""
-    with tempfile.TemporaryDirectory() as tmp:
-        overrides = [f"model.init.num_points={gaussians}", "metrics.lpips=false", f"output_dir={tmp}"]
-        if data is not None:
-            overrides.append(f"data.path={data.resolve()}")
-        trainer = DefaultTrainer(load_config(config, overrides))
-    model, batch = trainer.model, trainer.data.next_train(1)
-    trainer.data.close()
+    another data.path; ``view``: a :func:`first_view` already read), with random-init Gaussians or
+    the checkpoint's."""
+    trainer, batch = view or first_view(config, data, [f"model.init.num_points={gaussians}", *overrides])
+    model = trainer.model
     if checkpoint is not None:
         model = load_snapshot(checkpoint, "cpu").model
         for param in model.params.values():
             param.requires_grad_(True)
+    elif view is not None and model.num_gaussians != gaussians:
+        model = random_model(trainer, gaussians)
     viewmats, Ks, width, height = stack_cameras(batch["camera"])
     params = {name: value.detach().requires_grad_() for name, value in model.params.items()}
     means, sh0, shN = params["means"], params["sh0"], params["shN"]
@@ -119,34 +154,57 @@ def least_cpu_ms(fn: Callable[[], object], warmup: int, repeats: int) -> float:
     return 1e3 * best
 
 
-def main() -> None:
+def parse_args(argv: Optional[Sequence[str]] = None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--gaussians", type=int, default=20000)
+    parser.add_argument("--gaussians", type=int, nargs="+", help="random-init Gaussians, one table per count "
+                        "(default 20000; --lego: 100000 200000 300000)")
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--isa", nargs="*", help="instruction sets to time (default: all this CPU runs)")
     parser.add_argument("--checkpoint", type=Path, help="time the Gaussians of this checkpoint instead")
     parser.add_argument("--config", type=Path, default=REPO / "configs" / "demo.yaml", help="the scene's preset")
     parser.add_argument("--data", type=Path, help="the preset's data.path, when it has none")
+    parser.add_argument("--lego", action="store_true",
+                        help="configs/blender.yaml on the lego scene (../shared/scenes/lego, or --data)")
     parser.add_argument("--cpu-time", action="store_true", help="least thread CPU time of the repeats instead")
-    args = parser.parse_args()
+    args, overrides = parser.parse_known_args(argv)
+    if args.isa:  # `--isa avx2 data.downscale=8`: the settings after the sets are the preset's
+        overrides += [name for name in args.isa if "=" in name]
+        args.isa = [name for name in args.isa if "=" not in name]
+    bad = [a for a in overrides if "=" not in a or a.startswith("-")]
+    if bad:
+        parser.error(f"unrecognized arguments: {' '.join(bad)} (the preset's options are dotted.key=value)")
+    if args.lego:
+        args.config, args.data = REPO / "configs" / "blender.yaml", args.data or LEGO
+    args.gaussians = args.gaussians or (LEGO_GAUSSIANS if args.lego else [20000])
+    if args.checkpoint is not None and len(args.gaussians) > 1:
+        parser.error("--checkpoint times the checkpoint's Gaussians: give one --gaussians count at most")
+    return args, overrides
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    args, overrides = parse_args(argv)
     library = build.load_library(print)
     sets: List[str] = args.isa or list(library.instruction_sets)
-    timers = stage_timers(args.gaussians, args.checkpoint, args.config, args.data)
+    view = first_view(args.config, args.data, [f"model.init.num_points={args.gaussians[0]}", *overrides])
     measure = least_cpu_ms if args.cpu_time else median_ms
-    scene = f"{args.checkpoint}" if args.checkpoint else f"{args.gaussians} Gaussians (random init)"
-    print(f"torch {torch.__version__}, {loop_threads()} threads, {args.config.name} scene, {scene}, "
-          f"{'least thread CPU time' if args.cpu_time else 'median wall time'} of {args.repeats}")
-    print(f"{'stage':>24}" + "".join(f"{name:>10}" for name in sets) + "   (ms)")
-    rows: Dict[str, List[float]] = {stage: [] for stage in timers}
-    try:
-        for name in sets:
-            library.use_instruction_set(name)
-            for stage, fn in timers.items():
-                rows[stage].append(measure(fn, 1, args.repeats))
-    finally:
-        library.use_instruction_set(None)
-    for stage, values in rows.items():
-        print(f"{stage:>24}" + "".join(f"{value:10.2f}" for value in values))
+    camera = view[1]["camera"][0]
+    for gaussians in args.gaussians:
+        timers = stage_timers(gaussians, args.checkpoint, args.config, args.data, overrides, view)
+        scene = f"{args.checkpoint}" if args.checkpoint else f"{gaussians} Gaussians (random init)"
+        print(f"torch {torch.__version__}, {loop_threads()} threads, {args.config.name} scene, "
+              f"{camera.width}x{camera.height}, {scene}, "
+              f"{'least thread CPU time' if args.cpu_time else 'median wall time'} of {args.repeats}")
+        print(f"{'stage':>24}" + "".join(f"{name:>10}" for name in sets) + "   (ms)")
+        rows: Dict[str, List[float]] = {stage: [] for stage in timers}
+        try:
+            for name in sets:
+                library.use_instruction_set(name)
+                for stage, fn in timers.items():
+                    rows[stage].append(measure(fn, 1, args.repeats))
+        finally:
+            library.use_instruction_set(None)
+        for stage, values in rows.items():
+            print(f"{stage:>24}" + "".join(f"{value:10.2f}" for value in values))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ _STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
 #: Config keys a resumed run must share with its checkpoint (they change the scene or the model).
 INCOMPATIBLE_KEYS = (
     "data.type", "data.path", "data.downscale", "data.test_split", "data.test_every", "data.test_images",
-    "data.normalize", "data.masks", "data.depths", "model.sh_degree", "strategy.type",
+    "data.normalize", "data.masks", "data.depths", "data.val_split", "model.sh_degree", "strategy.type",
 )
 
 

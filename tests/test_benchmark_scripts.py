@@ -77,3 +77,18 @@ def test_the_lego_ladder_runs_straight_and_in_parts(tmp_path, capsys):
     assert bench.main([*parts, "--resume"]) == 0  # finished: reported as it stands
     assert json.loads((tmp_path / "parts" / "lego" / "ladder.json").read_text()) == resumed
     assert "time to quality" in capsys.readouterr().out
+
+
+@needs_shared(LEGO)
+def test_the_lego_step_is_timed_by_stage_for_each_count(tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS[0].parent))  # its helper module bench_rasterizer
+    bench = _bench("bench_cpu_stages")
+    scene = lego_subset(tmp_path / "lego", train=[5, 6], test=[0])
+    bench.main(["--lego", "--data", str(scene), "--gaussians", "300", "700", "--repeats", "1", "--isa", "baseline",
+                "data.downscale=16"])
+    said = capsys.readouterr().out
+    headers = [line for line in said.splitlines() if line.startswith("torch ")]
+    assert len(headers) == 2 and all("blender.yaml scene, 50x50" in line for line in headers)
+    assert "300 Gaussians (random init)" in headers[0] and "700 Gaussians (random init)" in headers[1]
+    steps = [float(line.split()[-1]) for line in said.splitlines() if line.strip().startswith("whole step")]
+    assert len(steps) == 2 and all(ms > 0 for ms in steps)

@@ -66,6 +66,9 @@ class DataConfig:
     test_split: str = "test"  # blender: transforms_{test_split}.json holds the test views
     test_every: int = 8  # colmap/nerfstudio: every N-th image (by name) is a test view; 0: none
     test_images: List[str] = field(default_factory=list)  # colmap/nerfstudio: explicit test image names
+    # validation views held out of training: null (validation uses the test views), N >= 2 (every
+    # N-th training view) or a fraction in (0, 1); never a test view (docs/datasets.md)
+    val_split: Optional[float] = None
     masks: str = "auto"  # auto (masks/ or mask_path when present) | none | a folder of masks
     depths: str = "auto"  # auto (depths/<view>.npy when present) | none | a folder of <view>.npy depth maps
     normalize: Optional[bool] = None  # centre and scale the cameras; null: on for colmap/nerfstudio

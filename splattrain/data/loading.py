@@ -16,6 +16,7 @@ from .depths import attach_depths, depth_folder
 from .images import PHOTO_SUFFIXES
 from .locate import choose_scene, resolve_data_path
 from .reader import DatasetReader
+from .split import split_validation, validation_picks
 from .types import SceneData
 
 
@@ -56,6 +57,7 @@ def _data_config(cfg: DataConfig | DictConfig) -> DataConfig:
         raise ConfigError(f"key 'data.num_workers' must be >= 0, got {data.num_workers}")
     if data.downscale <= 0:
         raise ConfigError(f"key 'data.downscale' must be > 0, got {data.downscale}")
+    validation_picks(0, data.val_split)  # a malformed value is refused before any image is read
     return data
 
 
@@ -93,6 +95,8 @@ def load_scene(cfg: DataConfig | DictConfig, config_dir: Optional[Path] = None) 
     ``data.type`` auto detects the format (noted in ``extra["notes"]``). The scene is
     normalised per ``data.normalize``; ``extra["world_transform"]`` (float64 [4,4]) always
     maps the dataset's own world frame to the returned one (identity when not normalised).
+    ``data.val_split`` then moves some training views to ``scene.val`` (after normalising, so the
+    scene's frame is the one the run without a validation split has).
     """
     data = _data_config(cfg)
     kind, root, options, notes = find_scene(data, config_dir)
@@ -118,4 +122,4 @@ def load_scene(cfg: DataConfig | DictConfig, config_dir: Optional[Path] = None) 
         scene.extra["notes"].append(f"depth maps for {count} views from {depths}")
     if not scene.test:
         scene.extra["notes"].append("no test views: validation metrics will be null")
-    return kind, scene
+    return kind, split_validation(scene, data.val_split)

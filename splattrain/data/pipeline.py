@@ -62,7 +62,9 @@ def _to_float_host(image: np.ndarray, background: np.ndarray) -> tuple[np.ndarra
 
 
 class DataPipeline:
-    """Serves shuffled training views (one epoch permutation at a time) and the test views.
+    """Serves shuffled training views (one epoch permutation at a time), the test views and the
+    validation views (``scene.val``: training views held out by ``data.val_split``, never served
+    for training).
 
     Images stay uint8 on the CPU (the scene's arrays, not copies) and are converted per
     batch. With ``prefetch`` the next training batch is prepared on a background thread
@@ -102,6 +104,7 @@ class DataPipeline:
         self.train_frames = scene.train
         self.train_downscale = 1.0  #: the training views' shrink factor on top of the loaded resolution
         self.test_frames = scene.test
+        self.val_frames = scene.val  #: the training views ``data.val_split`` keeps out of training
         self.device = device
         self.background = background.to(device)
         self.random_background = random_background
@@ -200,6 +203,22 @@ class DataPipeline:
         """One batch per test view, in order, over the fixed ``background``."""
         for index in range(len(self.test_frames)):
             batch = self._gather(self.test_frames, [index], self.background)
+            yield batch if self._convert_in_worker else self._convert(batch)
+
+    def val_batches(self) -> Iterator[Dict[str, Any]]:
+        """One batch per validation view (``data.val_split``), in order, over the fixed ``background``."""
+        for index in range(len(self.val_frames)):
+            batch = self._gather(self.val_frames, [index], self.background)
+            yield batch if self._convert_in_worker else self._convert(batch)
+
+    def train_view_batches(self, count: int) -> Iterator[Dict[str, Any]]:
+        """``count`` training views spread evenly over them (the same ones each time), one batch
+        each at the loaded resolution over the fixed ``background``: what the scene has learnt of
+        the photos it trains on."""
+        frames = self.scene.train
+        chosen = sorted({int((j + 0.5) * len(frames) / count) for j in range(min(count, len(frames)))})
+        for index in chosen:
+            batch = self._gather(frames, [index], self.background)
             yield batch if self._convert_in_worker else self._convert(batch)
 
     def _view_state(self) -> Dict[str, Any]:

@@ -43,7 +43,9 @@ class Frame:
 
 @dataclass
 class SceneData:
-    """A loaded scene: train and test frames, plus an optional sparse point cloud.
+    """A loaded scene: train, test and validation frames, plus an optional sparse point cloud.
+
+    ``val`` holds the training views ``data.val_split`` keeps out of training (empty without one).
 
     ``extra`` holds ``notes`` (list[str], shown to the user by the trainer) and, once
     :func:`splattrain.data.loading.load_scene` has run, ``world_transform``: float64 [4,4],
@@ -56,3 +58,4 @@ class SceneData:
     point_colors: Optional[np.ndarray] = None  # uint8 [P, 3]
     source: str = ""
     extra: dict = field(default_factory=dict)
+    val: list[Frame] = field(default_factory=list)

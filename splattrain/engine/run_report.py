@@ -60,7 +60,8 @@ def print_header(run: ReportedRun, gaussians: int) -> None:
     console.info(
         f"[bold]splattrain {__version__}[/bold]  scene [bold]{escape(str(cfg.name))}[/bold]  "
         f"{run.data_type} {escape(str(cfg.data.path))}: {len(data.train_frames)} train / "
-        f"{len(data.test_frames)} test views, {camera.width}x{camera.height}", markup=True,
+        f"{len(data.test_frames)} test{f' / {len(data.val_frames)} validation' if data.val_frames else ''} views, "
+        f"{camera.width}x{camera.height}", markup=True,
     )
     for note in data.scene.extra.get("notes", []):
         console.info(note)
@@ -101,15 +102,22 @@ def print_hook_timing(run: ReportedRun) -> None:
 
 
 def results(run: ReportedRun) -> Dict[str, Any]:
-    """The last validation's metrics (psnr, cc_psnr, ssim, lpips), Gaussians, steps, training
-    time, per-view scores, what the view corrections learned (when on), and
-    ``stopped: {step, reason}`` when a hook ended the run early."""
+    """The last validation's metrics (psnr, cc_psnr, ssim, lpips: the test views'), beside them
+    ``train_psnr`` (training views) and ``val_psnr`` / ``val_ssim`` / ``val_lpips`` (the
+    ``val_views`` views ``data.val_split`` held out; 0 of them: the test views' scores), Gaussians,
+    steps, training time, per-view scores (test views), what the view corrections learned (when
+    on), and ``stopped: {step, reason}`` when a hook ended the run early."""
     metrics = run.last_metrics
     report = {
         "psnr": metrics.get("psnr"),
         "cc_psnr": metrics.get("cc_psnr"),
         "ssim": metrics.get("ssim"),
         "lpips": metrics.get("lpips"),
+        "train_psnr": metrics.get("train_psnr"),
+        "val_psnr": metrics.get("val_psnr"),
+        "val_ssim": metrics.get("val_ssim"),
+        "val_lpips": metrics.get("val_lpips"),
+        "val_views": len(run.data.val_frames),
         "num_gaussians": run.model.num_gaussians,
         "steps": run.step,
         "train_seconds": round(run.train_seconds, 3),

@@ -19,7 +19,7 @@ from ..errors import ConfigError, UserError
 from ..hooks.base import Hook
 from ..hooks.dispatch import HookDispatcher
 from ..hooks.trainer_api import StepOutputs, StrategyContext
-from ..metrics import Evaluator, mean_metrics
+from ..metrics import Evaluator, mean_metrics, psnr
 from ..optim import clear_grads, step_optimizers
 from ..registry import TRAINERS
 from ..writers import WriterGroup, build_writers
@@ -380,7 +380,8 @@ class DefaultTrainer(SteeringCalls):
 
     @torch.no_grad()
     def validate(self) -> Dict[str, Any]:
-        """Render every test view, score it, and return the mean metrics."""
+        """Render every test view, score it, and return the mean metrics (``psnr``, ``ssim``, ...:
+        the test views'), with ``val_<metric>`` and ``train_psnr`` beside them (:meth:`_split_scores`)."""
         if self.evaluator is None:
             self.evaluator = self._evaluator()
         self.call_hook("before_val")
@@ -397,10 +398,33 @@ class DefaultTrainer(SteeringCalls):
             self._act_on_signals(*signals.between_views(self.dist))
         per_view = self.dist.gather_views(scored)
         metrics = {"step": self.step, **mean_metrics(per_view)}
+        metrics.update(self._split_scores(sh_degree, metrics))
         self.val_per_view = per_view
         self.last_metrics = metrics
         self.call_hook("after_val", metrics)
+        self.writers.write_views(per_view, self.step)
         return metrics
+
+    def _split_scores(self, sh_degree: int, test: Dict[str, Any]) -> Dict[str, Any]:
+        """``val_<metric>`` of the views ``data.val_split`` holds out (without one, the test views'
+        ``test`` scores) and ``train_psnr`` of as many training views, spread over them, rendered
+        with their learned view corrections."""
+        data, evaluator = self.data, self.evaluator
+        val = test
+        if data.val_frames:
+            val = mean_metrics(self.dist.gather_views([
+                (index, evaluator(self.renderer.render(self.model, batch["camera"], sh_degree, self.background).rgb,
+                                  batch["image"], batch.get("mask")))
+                for index, batch in enumerate(data.val_batches()) if self.dist.owns_view(index)]))
+        count = max(1, len(data.val_frames) or len(data.test_frames))
+        train = []
+        for index, batch in enumerate(data.train_view_batches(count)):
+            if self.dist.owns_view(index):
+                render = self.renderer.render(self.model, self.view_opt.cameras(batch), sh_degree, self.background)
+                train.append((index, {"psnr": psnr(self.view_opt.colors(render.rgb, batch), batch["image"],
+                                                   batch.get("mask"))}))
+        scores = {f"val_{key}": val.get(key) for key in ("psnr", "cc_psnr", "ssim", "lpips")}
+        return {**scores, "train_psnr": mean_metrics(self.dist.gather_views(train))["psnr"]}
 
     # -- checkpoints ----------------------------------------------------------------
     def checkpoint_state(self, step: Optional[int] = None) -> Dict[str, Any]:

@@ -11,6 +11,7 @@ from ..registry import HOOKS
 from ..steps import Steps
 from . import state as state_values
 from .base import Hook, Priority
+from .splits import check_split, metric_key
 
 _GREATER_IS_BETTER = {"psnr": True, "ssim": True, "lpips": False}
 
@@ -26,6 +27,9 @@ class CheckPointHook(Hook):
         save_last: always save at the last step.
         save_best: None, 'auto' (psnr) or a validation metric name; keeps ckpt/best.pt.
         rule: 'greater' or 'less' for save_best (inferred for psnr, ssim, lpips).
+        split: the views save_best follows: ``test`` (the test views) or ``val`` (the views
+            ``data.val_split`` holds out of training: the best state of a run that starts to
+            over-fit is kept without the test views choosing it).
         ply_interval: write ply/step_XXXXXX.ply every N steps (None: with each checkpoint;
             0: only at the last step).
         publish: at the end, also write ckpt/published.pt (Gaussians and config, no optimizer
@@ -52,6 +56,7 @@ class CheckPointHook(Hook):
         ply_interval: Optional[Steps] = None,
         publish: bool = False,
         publish_format: Union[str, List[str]] = "ply",
+        split: str = "test",
     ) -> None:
         super().__init__()
         self.interval = interval
@@ -60,6 +65,7 @@ class CheckPointHook(Hook):
         self.save_last = save_last
         self.metric = "psnr" if save_best == "auto" else save_best
         self.greater = self._infer_rule(self.metric, rule)
+        self.key = None if self.metric is None else metric_key(self.metric, split, "CheckPointHook")
         self.ply_interval = ply_interval
         self.publish = publish
         self.publish_formats = [publish_format] if isinstance(publish_format, str) else list(publish_format)
@@ -87,6 +93,10 @@ class CheckPointHook(Hook):
     def required_metrics(self) -> Tuple[str, ...]:
         return () if self.metric is None else (self.metric,)
 
+    def check(self, trainer) -> None:
+        if self.key is not None:
+            check_split(self.key, trainer)
+
     def after_train_iter(self, trainer, step: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
         last = self.save_last and self.is_last_step(trainer)
         saved = (step >= self.save_begin and self.every_n_steps(trainer, self.interval)) or last
@@ -97,17 +107,17 @@ class CheckPointHook(Hook):
             trainer.export_scene(f"ply/step_{step:06d}.ply", "ply")
 
     def after_val(self, trainer, metrics: Dict[str, Any]) -> None:
-        if self.metric is None:
+        if self.key is None:
             return
-        value = metrics.get(self.metric)
+        value = metrics.get(self.key)
         if value is None or not math.isfinite(value):
-            trainer.console.warning(f"save_best: no {self.metric} value in the validation at step {trainer.step}; "
+            trainer.console.warning(f"save_best: no {self.key} value in the validation at step {trainer.step}; "
                                     "best.pt is not updated", once="save_best")
             return
         if self.best_value is None or (value > self.best_value if self.greater else value < self.best_value):
             self.best_value, self.best_step = float(value), trainer.step
             trainer.request_checkpoint("best")
-            trainer.console.info(f"new best {self.metric} {value:.4f} at step {trainer.step} -> "
+            trainer.console.info(f"new best {self.key} {value:.4f} at step {trainer.step} -> "
                                  f"{trainer.checkpoint_dir / 'best.pt'}")
 
     def after_train(self, trainer) -> None:

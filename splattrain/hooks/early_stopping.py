@@ -9,6 +9,7 @@ from ..errors import ConfigError
 from ..registry import HOOKS
 from . import state as state_values
 from .base import Hook, Priority
+from .splits import check_split, metric_key
 from .trainer_api import Trainer
 
 #: The direction of improvement of the built-in metrics (``mode: auto``).
@@ -24,19 +25,24 @@ class EarlyStoppingHook(Hook):
     after the current step with its checkpoint and ``results.json`` saying ``stopped``. The best
     value, its step and the count of validations without improvement are kept in checkpoints, so a
     resumed run goes on counting. Every rank sees the same metrics, so all ranks decide alike.
+    With ``split: val`` it follows the views ``data.val_split`` holds out of training (``val_psnr``,
+    ...), so a run that starts to over-fit stops without the test views deciding it.
 
     Args:
         monitor: a key of the validation metrics (psnr, cc_psnr, ssim, lpips).
         mode: ``max``, ``min`` or ``auto``.
         patience: validations without improvement before stopping (at least 1).
         min_delta: how much better than the best a value must be to count (finite, >= 0).
+        split: ``test`` (the test views' metrics) or ``val`` (the held-out validation views';
+            needs ``data.val_split``).
     """
 
     priority = Priority.LOW
 
     def __init__(self, monitor: str = "psnr", mode: str = "auto", patience: int = 3, min_delta: float = 0.0,
-                 priority: Union[int, str, None] = None) -> None:
+                 split: str = "test", priority: Union[int, str, None] = None) -> None:
         super().__init__(priority)
+        self.key = metric_key(monitor, split, "EarlyStoppingHook")
         if mode not in ("max", "min", "auto"):
             raise ConfigError(f"EarlyStoppingHook mode {mode!r}: use 'max', 'min' or 'auto'")
         if mode == "auto" and monitor not in _MAXIMISED:
@@ -55,6 +61,9 @@ class EarlyStoppingHook(Hook):
     def required_metrics(self) -> Tuple[str, ...]:
         return (self.monitor,)
 
+    def check(self, trainer: Trainer) -> None:
+        check_split(self.key, trainer)
+
     def improved(self, value: float) -> bool:
         """Whether ``value`` beats the best so far by more than ``min_delta``."""
         if self.best is None:
@@ -62,24 +71,24 @@ class EarlyStoppingHook(Hook):
         return value > self.best + self.min_delta if self.maximise else value < self.best - self.min_delta
 
     def after_val(self, trainer: Trainer, metrics: Dict[str, Any]) -> None:
-        if self.monitor not in metrics:
-            raise ConfigError(f"EarlyStoppingHook monitor {self.monitor!r}: the validation has no such metric "
+        if self.key not in metrics:
+            raise ConfigError(f"EarlyStoppingHook monitor {self.monitor!r}: the validation has no {self.key} "
                               f"(it has: {', '.join(k for k in metrics if k != 'step')})")
         step = int(metrics.get("step", trainer.step))
         if step <= self.last_step:
             return
-        if metrics[self.monitor] is None:  # not computed this time: neither better nor worse
-            trainer.console.warning(f"EarlyStoppingHook: no {self.monitor} in the validation at step {step}; "
-                                    "not counted", once=f"early_stopping_{self.monitor}")
+        if metrics[self.key] is None:  # not computed this time: neither better nor worse
+            trainer.console.warning(f"EarlyStoppingHook: no {self.key} in the validation at step {step}; "
+                                    "not counted", once=f"early_stopping_{self.key}")
             return
-        self.last_step, value = step, float(metrics[self.monitor])
+        self.last_step, value = step, float(metrics[self.key])
         if self.improved(value):
             self.best, self.best_step, self.bad_validations = value, step, 0
             return
         self.bad_validations += 1
         if self.bad_validations >= self.patience:
             trainer.request_stop(
-                f"early stopping: {self.monitor} did not improve by more than {self.min_delta:g} in "
+                f"early stopping: {self.key} did not improve by more than {self.min_delta:g} in "
                 f"{self.bad_validations} validations (best {self.best:.4f} at step {self.best_step})"
             )
 
