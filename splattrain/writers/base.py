@@ -63,6 +63,11 @@ class Writer:
     def write_config(self, config: Dict[str, Any], text: str) -> None:
         """The resolved config, as a dict and as YAML text."""
 
+    def write_views(self, views: List[Dict[str, Any]], step: int) -> None:
+        """A validation's scores per view at ``step``, called once per validation after the mean
+        scalars: each row is ``{"view": name, "psnr": ..., "ssim": ..., "lpips": ..., ...}`` (a
+        metric that was not computed is None), in the order of the views."""
+
     def flush(self) -> None:
         """Push buffered data out."""
 
@@ -134,6 +139,9 @@ class WriterGroup:
 
     def write_config(self, config: Dict[str, Any], text: str) -> None:
         self._call("write_config", config, text)
+
+    def write_views(self, views: List[Dict[str, Any]], step: int) -> None:
+        self._call("write_views", views, step)
 
     def flush(self) -> None:
         self._call("flush")
