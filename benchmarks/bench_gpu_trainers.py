@@ -1,24 +1,32 @@
-"""splattrain's GPU path against gsplat's own trainer, on one COLMAP scene at full resolution.
+"""splattrain's GPU path against gsplat's own trainer, on one COLMAP or NeRF-synthetic scene at full resolution.
 
     python benchmarks/bench_gpu_trainers.py --gsplat-examples GSPLAT/examples [--scene DIR]
-        [--steps 7000] [--strategies default mcmc] [--cap-max 1000000] [--only splattrain|gsplat]
+        [--steps N] [--strategies default mcmc] [--cap-max 1000000] [--only splattrain|gsplat]
         [dotted.key=value ...]
 
 For each strategy (gsplat's ``default`` and ``mcmc``) it trains the scene (default: the cup,
-``../shared/scenes/cup``) for ``--steps`` steps twice on the CUDA device:
+``../shared/scenes/cup``; ``--scene ../shared/scenes/lego`` for NeRF-synthetic lego) for
+``--steps`` steps (default 7000 for a COLMAP scene, 30000, the 3DGS protocol, for a Blender one)
+twice on the CUDA device:
 
-- splattrain: ``configs/colmap.yaml`` with ``data.downscale=1 renderer.type=gsplat`` (in this
-  process; extra ``dotted.key=value`` arguments go to it), mcmc as gsplat's mcmc preset sets it
-  (starting opacity 0.5, starting scale 0.1, ``--cap-max`` Gaussians);
+- splattrain: the scene's preset (``configs/colmap.yaml``, or ``configs/blender.yaml`` for a folder
+  with ``transforms_train.json``) with ``data.downscale=1 renderer.type=gsplat`` (in this process;
+  extra ``dotted.key=value`` arguments go to it), mcmc as gsplat's mcmc preset sets it (starting
+  opacity 0.5, starting scale 0.1, ``--cap-max`` Gaussians);
 - gsplat: its ``examples/simple_trainer.py default|mcmc`` with ``--data_factor 1``, the same
-  test split (every 8th image by name) and the refinement schedule splattrain's preset uses at
-  that run length (``--strategy.refine-start-iter`` ...), so both densify on the same steps.
+  training views and the refinement schedule splattrain's preset uses at that run length
+  (``--strategy.refine-start-iter`` ...), so both densify on the same steps. A COLMAP scene is
+  read as it is, every 8th image by name held out as splattrain does; gsplat reads no Blender
+  folder, so a Blender scene is written as a COLMAP project first (``gsplat_project.py``: the
+  training views over black, the background gsplat renders with, and splattrain's starting
+  points as its sparse points).
 
 It prints, for both: ms/step (training time over steps: splattrain's ``train_seconds``, gsplat's
 ``ellipse_time`` at its last step), peak GPU memory (``torch.cuda.max_memory_allocated``), test
 PSNR / SSIM / LPIPS and the Gaussians. gsplat's final checkpoint is moved from its normalized
-frame into splattrain's and scored by splattrain's renderer and metrics on the same test views
-(gsplat's own figures are printed beside them). The ratio of the two ms/step figures is the
+frame into splattrain's and scored by splattrain's renderer and metrics on splattrain's test views
+(lego: all 200, over white; gsplat's own figures, for a Blender scene of its one held-out view, are
+printed beside them). The ratio of the two ms/step figures is the
 comparison that matters: splattrain's step should be within 10% of gsplat's own.
 
 gsplat's trainer is not part of the ``gsplat`` package on the package index: it lives in gsplat's
@@ -40,13 +48,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # gsplat_project.py beside it
 
 OUT = REPO / "outputs" / "bench_gpu_trainers"
 DEFAULT_SCENE = REPO.parent / "shared" / "scenes" / "cup"
+#: The preset and default run length of each kind of scene.
+PRESETS = {"colmap": (REPO / "configs" / "colmap.yaml", 7000), "blender": (REPO / "configs" / "blender.yaml", 30000)}
 STRATEGIES = ("default", "mcmc")
 #: gsplat's mcmc preset (simple_trainer.py): starting opacity and scale factor.
 MCMC_INIT = {"opacity": 0.5, "scale_factor": 0.1}
@@ -99,14 +110,24 @@ def check_trainer_imports(examples: Path) -> None:
         raise MissingTrainer(how_to_get_trainer(f"its modules do not import here ({last})"))
 
 
+def scene_kind(scene: Path) -> str:
+    """``blender`` for a folder with transforms_train.json, else ``colmap``."""
+    return "blender" if (scene / "transforms_train.json").is_file() else "colmap"
+
+
+def preset(scene: Path) -> Path:
+    """The preset file splattrain trains ``scene`` with."""
+    return PRESETS[scene_kind(scene)][0]
+
+
 def scene_overrides(scene: Path) -> List[str]:
-    """The colmap preset at the scene's full resolution."""
+    """The scene's preset at its full resolution."""
     return [f"data.path={scene}", "data.downscale=1"]
 
 
 def splattrain_overrides(scene: Path, steps: int, strategy: str, out: Path, schedule: Dict[str, int],
                          cap_max: int) -> List[str]:
-    """The colmap preset's overrides for one full-resolution gsplat run of splattrain; mcmc with the
+    """The preset's overrides for one full-resolution gsplat run of splattrain; mcmc with the
     preset's refinement steps (``schedule``) and gsplat's mcmc starting opacity and scale."""
     overrides = [*scene_overrides(scene), "renderer.type=gsplat", "trainer.device=cuda",
                  f"trainer.max_steps={steps}", f"output_dir={out}", "writers=[]",
@@ -119,10 +140,10 @@ def splattrain_overrides(scene: Path, steps: int, strategy: str, out: Path, sche
 
 
 def matched_schedule(scene: Path, steps: int) -> Dict[str, int]:
-    """The refinement schedule of ``configs/colmap.yaml`` at ``steps`` steps (scaled as a run gets it)."""
+    """The refinement schedule of the scene's preset at ``steps`` steps (scaled as a run gets it)."""
     from splattrain.engine import load_config
 
-    cfg = load_config(REPO / "configs" / "colmap.yaml", [*scene_overrides(scene), f"trainer.max_steps={steps}"])
+    cfg = load_config(preset(scene), [*scene_overrides(scene), f"trainer.max_steps={steps}"])
     strategy = cfg.strategy
     return {"refine_start_iter": int(strategy.refine_start_iter), "refine_stop_iter": int(strategy.refine_stop_iter),
             "refine_every": int(strategy.refine_every), "reset_every": int(strategy.reset_every),
@@ -130,10 +151,11 @@ def matched_schedule(scene: Path, steps: int) -> Dict[str, int]:
 
 
 def gsplat_command(trainer: Path, strategy: str, scene: Path, steps: int, result: Path, schedule: Dict[str, int],
-                   cap_max: int) -> List[str]:
-    """gsplat's ``simple_trainer.py`` at full resolution, evaluated and saved only at the last step."""
+                   cap_max: int, test_every: int = 8) -> List[str]:
+    """gsplat's ``simple_trainer.py`` on the COLMAP project ``scene`` at full resolution, every
+    ``test_every``-th image held out, evaluated and saved only at the last step."""
     command = [sys.executable, str(trainer), strategy, "--data_dir", str(scene), "--data_factor", "1",
-               "--result_dir", str(result), "--test_every", "8", "--max_steps", str(steps),
+               "--result_dir", str(result), "--test_every", str(test_every), "--max_steps", str(steps),
                "--eval_steps", str(steps), "--save_steps", str(steps), "--disable_viewer", "--disable_video",
                # gsplat divides the step by it: 1 raises the degree every step, so degree 3 from step 3
                "--sh_degree_interval", str(max(1, schedule["sh_degree_interval"])),
@@ -178,7 +200,7 @@ def run_splattrain(scene: Path, steps: int, strategy: str, schedule: Dict[str, i
 
     out = OUT / f"splattrain_{strategy}"
     shutil.rmtree(out, ignore_errors=True)  # this benchmark's own run, replaced each time
-    cfg = load_config(REPO / "configs" / "colmap.yaml", [*splattrain_overrides(scene, steps, strategy, out, schedule, cap_max), *extra])
+    cfg = load_config(preset(scene), [*splattrain_overrides(scene, steps, strategy, out, schedule, cap_max), *extra])
     trainer = DefaultTrainer(cfg, console=Console(quiet=True))
     torch.cuda.reset_peak_memory_stats()
     results = trainer.train()
@@ -188,11 +210,26 @@ def run_splattrain(scene: Path, steps: int, strategy: str, schedule: Dict[str, i
             "lpips": results["lpips"], "gaussians": results["num_gaussians"]}
 
 
-def run_gsplat(trainer: Path, strategy: str, scene: Path, steps: int, schedule: Dict[str, int],
+def gsplat_data(scene: Path, extra: Sequence[str] = (), write: bool = True) -> Tuple[Path, int]:
+    """The COLMAP project gsplat trains on and its ``test_every``: a COLMAP scene itself (8), a
+    Blender scene's project (written into OUT/gsplat_project unless not ``write``)."""
+    if scene_kind(scene) == "colmap":
+        return scene, 8
+    import gsplat_project
+    from splattrain.engine import load_config
+
+    folder = OUT / "gsplat_project"
+    if not write:
+        return folder, 1 + len(json.loads((scene / "transforms_train.json").read_text())["frames"])
+    shutil.rmtree(folder, ignore_errors=True)  # this benchmark's own copy, replaced each time
+    return folder, gsplat_project.write_project(load_config(preset(scene), [*scene_overrides(scene), *extra]), folder)
+
+
+def run_gsplat(trainer: Path, strategy: str, data: Tuple[Path, int], steps: int, schedule: Dict[str, int],
                cap_max: int) -> Dict[str, float]:
     result = OUT / f"gsplat_{strategy}"
     shutil.rmtree(result, ignore_errors=True)  # this benchmark's own run, replaced each time
-    command = gsplat_command(trainer, strategy, scene, steps, result, schedule, cap_max)
+    command = gsplat_command(trainer, strategy, data[0], steps, result, schedule, cap_max, data[1])
     print("  " + " ".join(command[1:]))
     started = time.perf_counter()
     subprocess.run(command, cwd=trainer.parent, check=True, stdout=subprocess.DEVNULL)
@@ -216,7 +253,7 @@ def score_gsplat(checkpoint: Path, gsplat_matrix, scene: Path, extra: Sequence[s
     from splattrain.model.gaussians import GaussianModel
     from splattrain.render import build_renderer
 
-    cfg = load_config(REPO / "configs" / "colmap.yaml", [*scene_overrides(scene), *extra])
+    cfg = load_config(preset(scene), [*scene_overrides(scene), *extra])
     device = torch.device("cuda")
     background = torch.tensor(list(cfg.data.background), dtype=torch.float32, device=device)
     views = DataPipeline(load_scene(cfg.data)[1], background, device, prefetch=False)
@@ -246,13 +283,19 @@ def parse_args(argv: Optional[Sequence[str]] = None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gsplat-examples", type=Path, default=os.environ.get("GSPLAT_EXAMPLES") or None,
                         help="gsplat's examples/ folder (its GitHub repository), holding simple_trainer.py")
-    parser.add_argument("--scene", type=Path, default=DEFAULT_SCENE, help="a COLMAP scene (default: the cup)")
-    parser.add_argument("--steps", type=int, default=7000, help="training steps of every run")
+    parser.add_argument("--scene", type=Path, default=DEFAULT_SCENE,
+                        help="a COLMAP or NeRF-synthetic scene (default: the cup; lego: ../shared/scenes/lego)")
+    parser.add_argument("--steps", type=int, help="training steps of every run (default: 7000 for a COLMAP "
+                        "scene, 30000 for a NeRF-synthetic one)")
     parser.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=list(STRATEGIES))
     parser.add_argument("--cap-max", type=int, default=1_000_000, help="mcmc: the Gaussians both grow to")
     parser.add_argument("--only", choices=("splattrain", "gsplat"), help="run one trainer only")
     parser.add_argument("--dry-run", action="store_true", help="print both trainers' command lines, train nothing")
     args, extra = parser.parse_known_args(argv)
+    if not (args.scene / "sparse").is_dir() and scene_kind(args.scene) != "blender":
+        parser.error(f"--scene {args.scene}: not a COLMAP scene (no sparse/ folder) nor a NeRF-synthetic one "
+                     "(no transforms_train.json)")
+    args.steps = PRESETS[scene_kind(args.scene)][1] if args.steps is None else args.steps
     if args.steps < 100:
         parser.error(f"--steps must be at least 100 (the refinement schedule needs room), got {args.steps}")
     if args.cap_max <= 0:
@@ -260,8 +303,6 @@ def parse_args(argv: Optional[Sequence[str]] = None):
     bad = [a for a in extra if "=" not in a or a.startswith("-")]
     if bad:
         parser.error(f"unrecognized arguments: {' '.join(bad)} (splattrain's options are dotted.key=value)")
-    if not (args.scene / "sparse").is_dir():
-        parser.error(f"--scene {args.scene}: not a COLMAP scene (no sparse/ folder)")
     return args, extra
 
 
@@ -281,14 +322,18 @@ def dry_run(args, extra: Sequence[str], trainer: Optional[Path]) -> int:
     """The command lines each run would use."""
     schedule = matched_schedule(args.scene, args.steps)
     print(f"schedule of both: {schedule}")
+    data = gsplat_data(args.scene, extra, write=False)
+    if data[0] != args.scene:
+        print(f"gsplat's copy of the scene: {data[0]} (a COLMAP project, written when the runs start)")
     for strategy in args.strategies:
         if args.only != "gsplat":
             overrides = splattrain_overrides(args.scene, args.steps, strategy, OUT / f"splattrain_{strategy}",
                                              schedule, args.cap_max)
-            print(f"splattrain {strategy}: splattrain fit --config configs/colmap.yaml {' '.join([*overrides, *extra])}")
+            print(f"splattrain {strategy}: splattrain fit --config {preset(args.scene).relative_to(REPO)} "
+                  f"{' '.join([*overrides, *extra])}")
         if trainer is not None:
-            command = gsplat_command(trainer, strategy, args.scene, args.steps, OUT / f"gsplat_{strategy}", schedule,
-                                     args.cap_max)
+            command = gsplat_command(trainer, strategy, data[0], args.steps, OUT / f"gsplat_{strategy}", schedule,
+                                     args.cap_max, data[1])
             print(f"gsplat {strategy}: {' '.join(command[1:])}")
     return 0
 
@@ -306,6 +351,7 @@ def measure(args, extra: Sequence[str], trainer: Optional[Path]) -> int:
         check_trainer_imports(trainer.parent)
     schedule = matched_schedule(args.scene, args.steps)
     print(f"schedule of both: {schedule}")
+    data = gsplat_data(args.scene, extra) if trainer is not None else None
     summary: Dict[str, Dict] = {}
     for strategy in args.strategies:
         print(f"\n{strategy}: {'':14s}  ms/step  peak MiB    PSNR    SSIM  LPIPS  Gaussians")
@@ -315,8 +361,8 @@ def measure(args, extra: Sequence[str], trainer: Optional[Path]) -> int:
             print(row("splattrain (gsplat renderer)", ours))
             summary[strategy] = {"splattrain": ours}
         if trainer is not None:
-            theirs = run_gsplat(trainer, strategy, args.scene, args.steps, schedule, args.cap_max)
-            scored = score_gsplat(theirs["checkpoint"], gsplat_transform(trainer.parent, args.scene), args.scene, extra)
+            theirs = run_gsplat(trainer, strategy, data, args.steps, schedule, args.cap_max)
+            scored = score_gsplat(theirs["checkpoint"], gsplat_transform(trainer.parent, data[0]), args.scene, extra)
             print(row("gsplat simple_trainer.py", {**theirs, **scored}))
             print(f"{'':28s} gsplat's own metrics: PSNR {theirs['own_psnr']:.2f}, SSIM {theirs['own_ssim']:.4f}, "
                   f"LPIPS {theirs['own_lpips']:.3f}; {theirs['wall']:.0f} s wall")

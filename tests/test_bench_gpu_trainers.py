@@ -5,21 +5,30 @@ is missing, the command lines of both trainers, and the frame change that scores
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import sys
+import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
+from conftest import DEMO, SHARED
+from lego_views import LEGO
+from splattrain.config.schema import DataConfig
+from splattrain.console import Console
+from splattrain.data.loading import load_scene
 from splattrain.synthetic.demo_variants import write_colmap_project
-from splattrain.engine import load_config
+from splattrain.engine import DefaultTrainer, load_config
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def bench():
+    sys.path.insert(0, str(REPO / "benchmarks"))  # its module gsplat_project.py
     spec = importlib.util.spec_from_file_location("bench_gpu_trainers", REPO / "benchmarks" / "bench_gpu_trainers.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -148,3 +157,66 @@ def test_gsplat_scenes_move_into_splattrain_frame(bench):
     # the turn is undone: each Gaussian's rotation is the inverse of gsplat's turn
     undo = torch.tensor([math.cos(-angle / 2), 0.0, 0.0, math.sin(-angle / 2)])
     assert torch.allclose(moved["quats"][0].abs(), undo.float().abs(), atol=1e-5)
+
+
+PAPER = {"refine_start_iter": 500, "refine_stop_iter": 15000, "refine_every": 100, "reset_every": 3000,
+         "sh_degree_interval": 1000}
+
+
+@pytest.mark.parametrize("where", ["demo", "lego"])
+def test_a_blender_scene_gets_its_preset_and_the_protocols_30000_steps(bench, where, tmp_path, capsys):
+    scene = DEMO if where == "demo" else LEGO
+    if not scene.is_dir():
+        pytest.skip(f"{LEGO.relative_to(SHARED.parent)} is absent from this clone's surroundings")
+    examples = fake_examples(tmp_path / "examples")
+    assert bench.main(["--scene", str(scene), "--gsplat-examples", str(examples), "--dry-run",
+                       "metrics.lpips=false"]) == 0
+    out = capsys.readouterr().out
+    assert bench.matched_schedule(scene, 30000) == PAPER
+    assert f"schedule of both: {PAPER}" in out
+    train_views = len(json.loads((scene / "transforms_train.json").read_text())["frames"])
+    assert train_views == (100 if where == "lego" else 48)
+    project = bench.OUT / "gsplat_project"
+    for strategy in ("default", "mcmc"):
+        assert f"splattrain {strategy}: splattrain fit --config configs/blender.yaml data.path={scene} " in out
+        line = next(line for line in out.splitlines() if line.startswith(f"gsplat {strategy}: "))
+        flags = dict(zip(line.split()[4::2], line.split()[5::2]))
+        assert flags["--data_dir"] == str(project) and flags["--max_steps"] == "30000"
+        assert flags["--test_every"] == str(train_views + 1)  # the one held-out view, image 0
+        assert flags["--sh_degree_interval"] == "1000" and flags["--strategy.refine-stop-iter"] == "15000"
+    assert not project.exists()  # a dry run writes nothing
+
+    overrides = bench.splattrain_overrides(scene, 30000, "default", tmp_path / "out", PAPER, 300_000)
+    cfg = load_config(bench.preset(scene), overrides)
+    assert cfg.renderer.type == "gsplat" and cfg.data.downscale == 1 and cfg.trainer.max_steps == 30000
+    assert list(cfg.data.background) == [1.0, 1.0, 1.0] and cfg.strategy.refine_start_iter == 500
+
+
+def test_a_blender_scene_becomes_the_colmap_project_gsplat_reads(bench, tmp_path):
+    import gsplat_project
+
+    cfg = load_config(REPO / "configs" / "blender.yaml", [f"data.path={DEMO}", "data.downscale=4",
+                                                          "model.init.num_points=500"])
+    blender = load_scene(cfg.data)[1]
+    folder = tmp_path / "project"
+    test_every = gsplat_project.write_project(cfg, folder)
+    assert test_every == 1 + len(blender.train)
+    # read back as a COLMAP scene, every test_every-th image from the first held out, as gsplat splits it
+    colmap = load_scene(DataConfig(path=str(folder), type="colmap", normalize=False, test_every=test_every,
+                                   downscale=1))[1]
+    assert [f.name for f in colmap.test] == [f"000_held_out_{blender.test[0].name}"]
+    assert [f.name for f in colmap.train] == sorted(f"train_{f.name}" for f in blender.train)
+    ours = {f"train_{f.name}": f for f in blender.train}
+    for frame in colmap.train:
+        theirs = ours[frame.name]
+        assert torch.allclose(frame.camera.viewmat, theirs.camera.viewmat, atol=1e-5)
+        assert torch.allclose(frame.camera.K, theirs.camera.K)
+        rgba = theirs.pixels().astype(np.float32)
+        expected = np.round(rgba[..., :3] * rgba[..., 3:] / 255.0)
+        assert np.array_equal(frame.pixels(), expected.astype(np.uint8))  # over black, as gsplat renders
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = DefaultTrainer(load_config(REPO / "configs" / "blender.yaml", [
+            f"data.path={DEMO}", "data.downscale=4", "model.init.num_points=500", f"output_dir={tmp}"]),
+            console=Console(quiet=True))
+    trainer.data.close()
+    assert np.allclose(colmap.points, trainer.model.means.detach().numpy(), atol=1e-6)  # the same start
