@@ -23,6 +23,7 @@ class SteeringCalls:
     """Delegations over ``dist``, ``schedule``, ``run_folder``, ``strategy``, ``model``,
     ``optimizers``, ``strategy_state``, ``row_edits``, ``data`` and ``renderer``, which the trainer sets."""
 
+    cfg: Any
     dist: Any
     schedule: Any
     run_folder: Any
@@ -37,6 +38,11 @@ class SteeringCalls:
     row_edits: RowEdits  # the row changes held during a step
 
     # -- what hooks read ------------------------------------------------------------
+    @property
+    def run_name(self) -> str:
+        """The run's ``name``."""
+        return str(self.cfg.name)
+
     @property
     def max_steps(self) -> int:
         """The run's last step."""

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
 
 import torch
-from omegaconf import DictConfig
 from torch import Tensor
 
 from ..model.gaussians import degree_for_step
@@ -139,7 +138,7 @@ class Trainer(Protocol):
     (only rank 0 prints).
     """
 
-    cfg: DictConfig  #: the resolved config
+    run_name: str  #: the run's ``name``
     console: "Console"
     run_dir: Path  #: the run folder (files a hook writes go inside it)
     checkpoint_dir: Path  #: where the run's checkpoints go (``checkpoint_dir``, default ``<run_dir>/ckpt``)

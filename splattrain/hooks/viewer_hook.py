@@ -95,7 +95,7 @@ class ViewerHook(Hook):
         settings = ViewerSettings(mode=self.render_mode, resolution=self.resolution, train_share=self.train_share,
                                   refresh=self.refresh, show_cameras=self.cameras)
         data = trainer.data
-        viewer = open_viewer(trainer.console, trainer.cfg.name, trainer.renderer, trainer.background,
+        viewer = open_viewer(trainer.console, trainer.run_name, trainer.renderer, trainer.background,
                              trainer.run_dir / "viewer", self.host, self.port, training=True, settings=settings,
                              allow_origins=self.allow_origins, train=data.train_frames, test=data.test_frames,
                              scene_scale=trainer.scene_scale, thumbnails=self.thumbnails)
