@@ -66,3 +66,12 @@ def test_error_densify_grows_evaluates_as_trained_and_resumes_bit_identically(tm
     metrics = json.loads(next((run / "eval").glob("step_*/metrics.json")).read_text())
     assert metrics["step"] == 12
     assert metrics["psnr"] == pytest.approx(json.loads((run / "results.json").read_text())["psnr"], abs=1e-4)
+
+
+def test_the_example_steers_through_the_trainer_protocol_only():
+    from test_protocol import protocol_members, trainer_uses
+
+    uses = trainer_uses(EXAMPLE)
+    assert {"clone_gaussians", "split_gaussians"} <= {use.split(" ")[1] for use in uses["read"]}
+    assert [use for use in uses["read"] if use.split(" ")[1] not in protocol_members()] == []
+    assert uses["assigned"] == []
