@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import DEMO, SHARED
+from conftest import DEMO, needs_shared
 from lego_views import LEGO
 from splattrain.config.schema import DataConfig
 from splattrain.console import Console
@@ -163,11 +163,9 @@ PAPER = {"refine_start_iter": 500, "refine_stop_iter": 15000, "refine_every": 10
          "sh_degree_interval": 1000}
 
 
-@pytest.mark.parametrize("where", ["demo", "lego"])
+@pytest.mark.parametrize("where", ["demo", pytest.param("lego", marks=needs_shared(LEGO))])
 def test_a_blender_scene_gets_its_preset_and_the_protocols_30000_steps(bench, where, tmp_path, capsys):
     scene = DEMO if where == "demo" else LEGO
-    if not scene.is_dir():
-        pytest.skip(f"{LEGO.relative_to(SHARED.parent)} is absent from this clone's surroundings")
     examples = fake_examples(tmp_path / "examples")
     assert bench.main(["--scene", str(scene), "--gsplat-examples", str(examples), "--dry-run",
                        "metrics.lpips=false"]) == 0
