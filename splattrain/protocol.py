@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 import torch
 from torch import Tensor
 
-from ..model.gaussians import degree_for_step
+from .model.gaussians import degree_for_step
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..console import Console
-    from ..data.pipeline import DataPipeline
-    from ..losses.composite import Loss
-    from ..model.gaussians import GaussianModel
-    from ..render.base import Renderer, RenderResult
-    from ..writers.base import WriterGroup
+    from .console import Console
+    from .data.pipeline import DataPipeline
+    from .losses.composite import Loss
+    from .model.gaussians import GaussianModel
+    from .render.base import Renderer, RenderResult
+    from .writers.base import WriterGroup
 
 
 @dataclass

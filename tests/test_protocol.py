@@ -11,7 +11,7 @@ from typing import Dict, List, Set
 from conftest import REPO, tiny_config_text
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer, load_config
-from splattrain.hooks.trainer_api import Trainer
+from splattrain.protocol import Trainer
 
 HOOK_MODULES = sorted((REPO / "splattrain" / "hooks").glob("*.py"))
 
@@ -38,8 +38,6 @@ def test_the_built_in_hooks_use_only_the_protocol() -> None:
     members = protocol_members()
     outside, assigned = [], []
     for path in HOOK_MODULES:
-        if path.name == "trainer_api.py":
-            continue
         uses = trainer_uses(path)
         outside += [use for use in uses["read"] if use.split(" ")[1] not in members]
         assigned += uses["assigned"]
@@ -48,7 +46,7 @@ def test_the_built_in_hooks_use_only_the_protocol() -> None:
 
 
 #: The hook modules the engine may import: the base class, dispatch, how sections are built, the protocol.
-ENGINE_MAY_IMPORT = {"base", "dispatch", "specs", "trainer_api"}
+ENGINE_MAY_IMPORT = {"base", "dispatch", "specs"}
 
 
 def test_the_engine_names_no_built_in_hook() -> None:
@@ -91,7 +89,7 @@ def test_no_hook_saves_a_checkpoint_or_holds_the_loop_itself() -> None:
     step and its validation. No hook module calls a save, enters a pause or loops waiting."""
     found = []
     for path in HOOK_MODULES:
-        if path.name in ("trainer_api.py", "dispatch.py"):
+        if path.name == "dispatch.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SAVES_OR_BLOCKS:

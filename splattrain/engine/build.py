@@ -21,7 +21,7 @@ from ..distributed import DistContext
 from ..errors import ConfigError, DataError
 from ..hooks.base import Hook
 from ..hooks.specs import build_hook, hook_sections
-from ..hooks.trainer_api import RunSchedule
+from ..protocol import RunSchedule
 from ..io.gaussians_file import read_gaussians_file
 from ..io.limits import require_memory
 from ..losses import Loss, build_loss

@@ -7,7 +7,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..distributed import DistContext
 from ..hooks.base import Hook
-from ..hooks.trainer_api import StepOutputs
+from ..protocol import StepOutputs
 
 
 #: The checkpoints asked during a step: name (None: ``step_XXXXXX.pt``) -> how many step

@@ -15,7 +15,7 @@ from ..console import Console
 from ..data.pipeline import DataPipeline
 from ..distributed import DistContext
 from ..hooks.dispatch import HookDispatcher
-from ..hooks.trainer_api import RunSchedule
+from ..protocol import RunSchedule
 from ..io.atomic import atomic_write_text
 from ..losses import Loss
 from ..model.gaussians import GaussianModel

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from ..hooks.trainer_api import GaussiansMoved
+from ..protocol import GaussiansMoved
 from ..io.gaussians_file import FORMATS
 from . import checkpointing
 from .row_edits import RowEdits

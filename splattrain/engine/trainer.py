@@ -18,7 +18,7 @@ from ..distributed import DistContext, RankConsole
 from ..errors import ConfigError, UserError
 from ..hooks.base import Hook
 from ..hooks.dispatch import HookDispatcher
-from ..hooks.trainer_api import StepOutputs, StrategyContext
+from ..protocol import StepOutputs, StrategyContext
 from ..metrics import Evaluator, mean_metrics, psnr
 from ..optim import clear_grads, step_optimizers
 from ..registry import TRAINERS
@@ -40,7 +40,7 @@ class DefaultTrainer(SteeringCalls):
 
     Build it with a config from :func:`splattrain.engine.load_config` (``scaled``: the lines
     :func:`~splattrain.engine.load_run_config` gave), then call :meth:`train`.
-    What hooks and plugins may read and call is the :class:`~splattrain.hooks.trainer_api.Trainer`
+    What hooks and plugins may read and call is the :class:`~splattrain.protocol.Trainer`
     protocol; every attribute is assigned here and nowhere else. ``resume_command`` is the command
     line that resumes the run (shown when it stops).
     """

@@ -14,7 +14,7 @@ from .log_hook import LogHook
 from .memory_budget import MemoryBudgetHook
 from . import specs  # noqa: F401  (how hook sections are checked)
 from .resources import EmptyCacheHook, ProfilerHook
-from .trainer_api import RunSchedule, StepOutputs, Trainer
+from ..protocol import RunSchedule, StepOutputs, Trainer
 from .viewer_hook import ViewerHook
 
 __all__ = [

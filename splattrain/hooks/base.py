@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Tuple, Union
 
 from ..steps import check_step_annotations, option_defaults, scale_options, step_kinds
 
-from .trainer_api import StepOutputs, Trainer
+from ..protocol import StepOutputs, Trainer
 
 
 class Priority(IntEnum):

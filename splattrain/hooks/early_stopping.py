@@ -10,7 +10,7 @@ from ..registry import HOOKS
 from . import state as state_values
 from .base import Hook, Priority
 from .splits import check_split, metric_key
-from .trainer_api import Trainer
+from ..protocol import Trainer
 
 #: The direction of improvement of the built-in metrics (``mode: auto``).
 _MAXIMISED = {"psnr": True, "cc_psnr": True, "ssim": True, "lpips": False}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .trainer_api import Trainer
+from ..protocol import Trainer
 
 #: ``split`` values: test (``psnr``, ...) or val (``val_psnr``, ...: the views ``data.val_split`` holds out).
 SPLITS = ("test", "val")
