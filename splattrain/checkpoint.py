@@ -78,20 +78,26 @@ def _check_zip(source: Any, size: int, path: Path, what: str, header: bool) -> b
     except (zipfile.BadZipFile, OSError, ValueError):
         return False  # not a zip: torch.load reports it
     with archive:
-        members = archive.infolist()
-        for member in members:
-            if member.compress_type != zipfile.ZIP_STORED:
-                raise CheckpointError(f"checkpoint '{path}' {what} has a compressed member '{member.filename}' "
-                                      "(splattrain writes stored members only); it is not a splattrain checkpoint")
-        declared = sum(member.file_size for member in members)
-        if declared > size:
-            raise CheckpointError(f"checkpoint '{path}' {what} declares {declared} bytes in a {size}-byte file "
-                                  "(truncated or corrupted)")
+        check_torch_zip(archive, size, f"checkpoint '{path}' {what}",
+                        "splattrain writes stored members only; it is not a splattrain checkpoint")
         if header:
-            pickles = [m for m in members if m.filename.endswith("/data.pkl")]
+            pickles = [m for m in archive.infolist() if m.filename.endswith("/data.pkl")]
             if len(pickles) != 1 or _MARKER not in archive.open(pickles[0]).read(_HEADER_START):
                 raise CheckpointError(f"'{path}' is not a splattrain checkpoint (no '{FORMAT}' header)")
     return True
+
+
+def check_torch_zip(archive: zipfile.ZipFile, size: int, name: str, why_stored: str) -> None:
+    """Refuse (CheckpointError starting with ``name``) a torch zip of ``size`` bytes that loading
+    would inflate beyond its size: a compressed member (``why_stored`` says why members are
+    stored), or members declaring more bytes than the file holds. Reads the zip directory only."""
+    members = archive.infolist()
+    for member in members:
+        if member.compress_type != zipfile.ZIP_STORED:
+            raise CheckpointError(f"{name} has a compressed member '{member.filename}' ({why_stored})")
+    declared = sum(member.file_size for member in members)
+    if declared > size:
+        raise CheckpointError(f"{name} declares {declared} bytes in a {size}-byte file (truncated or corrupted)")
 
 
 def has_checkpoint_header(path: Path) -> bool:

@@ -28,7 +28,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional, Set
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: The signal that asks a training run for a snapshot checkpoint; training goes on.
@@ -44,6 +44,8 @@ SAFE_POINT_SECONDS = 5.0
 #: Seconds from a stop signal to the end of the process, whatever it is still doing (saving a
 #: checkpoint, closing writers).
 STOP_SECONDS = 9.0
+#: Files the watchdog removes before it ends the process (temporaries still being written).
+_doomed: Set[str] = set()
 
 
 class Interrupted(KeyboardInterrupt):
@@ -101,6 +103,11 @@ class _Watchdog:
             time.sleep(0.05)
 
     def _exit(self, why: str) -> None:
+        for path in list(_doomed):  # their writers' cleanup will not run
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
         try:  # a raw write: a lock on sys.stderr may be held by the stuck thread
             os.write(2, f"stopped by {signal.Signals(self.signum).name}: {why}\n".encode())
         finally:
@@ -120,6 +127,17 @@ def _record(signum: int, frame: object) -> None:
     if _pending is not None and _escalate:  # asked twice: stop where we are
         raise Interrupted(_pending)
     _pending = signum
+
+
+@contextmanager
+def removed_if_ended(path: Path) -> Iterator[None]:
+    """While the block runs, ``path`` is removed should the watchdog end the process (which skips
+    every ``finally``: the block's own cleanup would not run)."""
+    _doomed.add(str(path))
+    try:
+        yield
+    finally:
+        _doomed.discard(str(path))
 
 
 def _in_main_thread() -> bool:

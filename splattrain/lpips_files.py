@@ -2,11 +2,13 @@
 fetching them on first use.
 
 Each network needs torchvision's ImageNet backbone and the LPIPS v0.1 linear layers, both
-downloaded from their official URLs and checked against the full SHA-256 digests in
-:data:`SOURCES`. torchvision names its files after the first 8 hex digits of that digest
+downloaded from their official URLs and checked against the sizes and full SHA-256 digests
+in :data:`SOURCES`. torchvision names its files after the first 8 hex digits of that digest
 (``alexnet-owt-7be5be79.pth``) and checks only those; the full digests are those of the files
 as served, and the linear layers' are those of the same files in the lpips 0.1.4 wheel on
-PyPI. Downloads go to torch's hub cache: the
+PyPI. Before either file is loaded, wherever it was found, it passes the archive checks a
+checkpoint gets (:func:`~splattrain.checkpoint.check_torch_zip`: no member that would inflate
+beyond the file). Downloads go to torch's hub cache: the
 backbone where torchvision keeps it (``<hub>/checkpoints``), the linear layers in
 ``<hub>/checkpoints/lpips_v0.1`` so that no other tool's ``alex.pth`` is taken for them.
 """
@@ -14,12 +16,14 @@ backbone where torchvision keeps it (``<hub>/checkpoints``), the linear layers i
 from __future__ import annotations
 
 import importlib.util
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import torch
 
+from .checkpoint import CheckpointError, check_torch_zip
 from .download import DownloadError, Progress, download as download_file, sha256_of
 from .lpips_net import BACKBONES, LPIPSNet, load_lpips
 
@@ -29,11 +33,12 @@ FETCH_COMMAND = "splattrain download-weights lpips"
 
 @dataclass(frozen=True)
 class WeightFile:
-    """One file to fetch: what it is, its official URL, its SHA-256 and its name on disk."""
+    """One file to fetch: what it is, its official URL, its SHA-256, its size in bytes and its name on disk."""
 
     what: str
     url: str
     sha256: str
+    size: int
 
     @property
     def name(self) -> str:
@@ -47,15 +52,15 @@ _LPIPS_RAW = "https://github.com/richzhang/PerceptualSimilarity/raw/master/lpips
 SOURCES: Dict[str, Tuple[WeightFile, WeightFile]] = {
     "alex": (
         WeightFile("torchvision's AlexNet", "https://download.pytorch.org/models/alexnet-owt-7be5be79.pth",
-                   "7be5be791159472b1fbf3c69796f7cb30dca7ad8466c2df70058c37116cdee02"),
+                   "7be5be791159472b1fbf3c69796f7cb30dca7ad8466c2df70058c37116cdee02", 244_408_911),
         WeightFile("LPIPS v0.1 linear layers", f"{_LPIPS_RAW}/alex.pth",
-                   "df73285e35b22355a2df87cdb6b70b343713b667eddbda73e1977e0c860835c0"),
+                   "df73285e35b22355a2df87cdb6b70b343713b667eddbda73e1977e0c860835c0", 6_009),
     ),
     "vgg": (
         WeightFile("torchvision's VGG16", "https://download.pytorch.org/models/vgg16-397923af.pth",
-                   "397923af8e79cdbb6a7127f12361acd7a2f83e06b05044ddf496e83de57a5bf0"),
+                   "397923af8e79cdbb6a7127f12361acd7a2f83e06b05044ddf496e83de57a5bf0", 553_433_881),
         WeightFile("LPIPS v0.1 linear layers", f"{_LPIPS_RAW}/vgg.pth",
-                   "a78928a0af1e5f0fcb1f3b9e8f8c3a2a5a3de244d830ad5c1feddc79b8432868"),
+                   "a78928a0af1e5f0fcb1f3b9e8f8c3a2a5a3de244d830ad5c1feddc79b8432868", 7_289),
     ),
 }
 
@@ -106,19 +111,29 @@ def fetch(net: str, folder: Optional[str | Path] = None, progress: Optional[Prog
           ) -> List[Tuple[WeightFile, Path, bool]]:
     """Make sure ``net``'s two files are in ``folder`` (default: torch's hub cache), downloading
     what is missing; ``(source, path, downloaded)`` per file. A file already there is checked
-    against its SHA-256. :class:`DownloadError` when one cannot be fetched, or a file already
-    there differs (it is left as it is)."""
+    against its size and SHA-256. :class:`DownloadError` when one cannot be fetched, or a file
+    already there differs (it is left as it is)."""
     out = []
     for source, path in zip(SOURCES[net], destinations(net, folder)):
         if path.is_file():
-            digest = sha256_of(path)
-            if digest != source.sha256:
-                raise DownloadError(source.url, path, f"a file is already there and its SHA-256 is {digest}, not "
-                                    f"{source.sha256}; remove it to download it again")
+            _require_same(source, path)
             out.append((source, path, False))
         else:
-            out.append((source, download_file(source.url, path, source.sha256, progress), True))
+            out.append((source, _download(source, path, progress), True))
     return out
+
+
+def _download(source: WeightFile, path: Path, progress: Optional[Progress]) -> Path:
+    return download_file(source.url, path, source.sha256, source.size, progress)
+
+
+def _require_same(source: WeightFile, path: Path) -> None:
+    """Refuse (DownloadError) a file already at ``path`` that is not ``source``'s."""
+    size = path.stat().st_size
+    digest = sha256_of(path) if size == source.size else None
+    if digest != source.sha256:
+        found = f"its SHA-256 is {digest}, not {source.sha256}" if digest else f"it is {size:,} bytes, not {source.size:,}"
+        raise DownloadError(source.url, path, f"a file is already there and {found}; remove it to download it again")
 
 
 def _first(paths: List[Path]) -> Optional[Path]:
@@ -135,14 +150,32 @@ def build_lpips(net: str = "alex", folder: Optional[str | Path] = None, download
     found = [_first(paths) for paths in looked]
     if download:
         try:
-            found = [path or download_file(source.url, target, source.sha256, progress)
+            found = [path or _download(source, target, progress)
                      for path, source, target in zip(found, SOURCES[net], destinations(net))]
         except DownloadError as err:
             return None, f"{err}; or run `{FETCH_COMMAND}{_net_option(net)}` where there is network"
     backbone, linear = found
     if backbone is None or linear is None:
         return None, _missing(net, found, looked)
+    try:
+        for path in (backbone, linear):
+            check_weight_archive(path)
+    except CheckpointError as err:
+        return None, str(err)
     return load_lpips(net, backbone, linear)
+
+
+def check_weight_archive(path: Path) -> None:
+    """Refuse (CheckpointError naming ``path``) a weight file in torch's zip format whose members
+    loading would inflate beyond the file (the check every checkpoint gets), before anything is
+    read from it. A file in torch's legacy format (the LPIPS linear layers) is left to torch."""
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return  # not a zip: torch.load reads it (or says why not)
+    with archive:
+        check_torch_zip(archive, path.stat().st_size, f"LPIPS weight file {path}",
+                        "torch writes every member uncompressed; loading would inflate this one in memory")
 
 
 def _net_option(net: str) -> str:

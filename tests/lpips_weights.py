@@ -45,3 +45,28 @@ def write_weights(folder: Path, net: str = "alex", backbone: bool = True, linear
     if linear:
         torch.save(linear_state(net), folder / f"{net}.pth")
     return folder
+
+
+def write_inflating_backbone(path: Path, net: str = "alex", inflated: int = 256 * 2**20) -> None:
+    """``net``'s backbone file as a torch zip whose first tensor holds ``inflated`` bytes of zeros
+    in a deflated member: a file of about ``inflated / 1000`` bytes that loading inflates."""
+    import zipfile
+
+    state = backbone_state(net)
+    state["features.0.weight"] = torch.zeros(inflated // 4)
+    stored = path.with_name("archive.stored")  # torch names the archive folder after the file
+    torch.save(state, stored)
+    del state
+    with zipfile.ZipFile(stored) as source, zipfile.ZipFile(path, "w") as out:
+        members = source.infolist()
+        largest = max(members, key=lambda member: member.file_size)
+        for member in members:
+            if member is largest:
+                info = zipfile.ZipInfo(member.filename)
+                info.compress_type = zipfile.ZIP_DEFLATED
+                with source.open(member) as data, out.open(info, "w", force_zip64=True) as packed:
+                    for chunk in iter(lambda: data.read(2**20), b""):
+                        packed.write(chunk)
+            else:
+                out.writestr(member, source.read(member))
+    stored.unlink()

@@ -190,7 +190,7 @@ def test_a_stop_signal_during_a_download_leaves_nothing(hub, monkeypatch):
         try:
             with pytest.raises(interrupts.Interrupted):
                 download(server.url + path, hub / "checkpoints" / FILES["alex"],
-                         hashlib.sha256(files[path]).hexdigest(), progress)
+                         hashlib.sha256(files[path]).hexdigest(), len(files[path]), progress)
         finally:
             interrupts.restore()
     assert files_under(hub) == []
