@@ -17,8 +17,10 @@ from resume_check import assert_same, assert_same_run, make_trainer, single_thre
 from splattrain.cameras import Camera
 from splattrain.checkpoint import load_checkpoint_file, save_checkpoint_file
 from splattrain.commands.snapshot import load_snapshot
+from splattrain.commands.view import load_viewed_scene
 from splattrain.config.imports import import_user_modules
 from splattrain.config.schema import DataConfig
+from splattrain.console import Console
 from splattrain.data.loading import load_scene
 from splattrain.data.pipeline import DataPipeline
 from splattrain.io.gaussians_file import read_gaussians_file_full
@@ -134,6 +136,9 @@ def test_commands_set_the_renderer_up_with_the_normalised_training_cameras(tmp_p
     _, original = load_scene(DataConfig(path=str(DEMO), downscale=8, normalize=False))
     assert not torch.allclose(renderer.viewmats, torch.stack([f.camera.viewmat for f in original.train]))
     assert torch.equal(renderer.filter, trainer.renderer.filter)  # the checkpoint's, restored exactly
+    viewed = load_viewed_scene(tmp_path / "run", Console(quiet=True), device="cpu")  # view draws what eval scores
+    assert type(viewed.renderer).__name__ == "MipSplattingRenderer"
+    assert torch.equal(viewed.renderer.filter, trainer.renderer.filter) and len(viewed.train) == 48
 
 
 # -- the command line ----------------------------------------------------------------------------
