@@ -161,12 +161,27 @@ def check_resume(checkpoint: Any, path: str | Path, trainer: Trainer) -> None:
     _check_rng(refuse, checkpoint["rng"])
     _check_data(refuse, checkpoint["data"], len(trainer.data.train_frames))
     _check_hooks(refuse, checkpoint.get("hooks", {}), shapes)
+    for key in ("training_gaussians", "shadow_gaussians"):  # the engine's shadow weights (an average)
+        if key in checkpoint:
+            _check_shadow(refuse, key, checkpoint[key], shapes)
     for key in ("train_seconds",):
         if key in checkpoint and not _finite_number(checkpoint[key]):
             raise refuse(f"'{key}'", f"is {checkpoint[key]!r}, not a finite number")
+    average = checkpoint.get("loss_average")  # the loss EMA: None before the first step, NaN after a NaN loss
+    if average is not None and (isinstance(average, bool) or not isinstance(average, (int, float))):
+        raise refuse("'loss_average'", f"is {average!r:.60}, not a number")
     for key in ("last_metrics", "view_opt"):
         if key in checkpoint and not isinstance(checkpoint[key], Mapping):
             raise refuse(f"'{key}'", f"is a {type(checkpoint[key]).__name__}, not a dict")
+
+
+def _check_shadow(refuse: _Refuse, key: str, value: Any, shapes: Dict[str, tuple]) -> None:
+    """Shadow or training weights: float32 tensors of Gaussian parameters shaped as the Gaussians."""
+    if not isinstance(value, Mapping) or not value or not set(value) <= set(shapes):
+        names = sorted(map(str, value)) if isinstance(value, Mapping) else type(value).__name__
+        raise refuse(f"'{key}'", f"holds {names}, not weights of Gaussian parameters")
+    for name, tensor in value.items():
+        _tensor(refuse, f"{key}.{name}", tensor, shapes[name])
 
 
 def _check_optimizers(refuse: _Refuse, saved: Any, trainer: Trainer, shapes: Dict[str, tuple]) -> None:

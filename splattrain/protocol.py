@@ -185,6 +185,13 @@ class Trainer(Protocol):
         alike; rank 0 writes): ``ckpt/step_XXXXXX.pt`` (and ``last.pt``) by default, ``ckpt/<name>.pt``
         when named (``best``); ``keep_last`` > 0 removes older step checkpoints beyond that many."""
 
+    def keep_shadow(self, names: Sequence[str], validate: bool = True, export: bool = True) -> Dict[str, Tensor]:
+        """Shadow copies of the parameter groups ``names`` (an average, as ``EMAHook`` keeps): live
+        tensors the hook updates in place (never the model's own). The engine moves their rows with
+        the Gaussians, swaps them into the model for each validation (``validate``) and after
+        training (``export``; checkpoints then hold them as their Gaussians and the training weights
+        under ``training_gaussians``), and after a resume hands back the checkpoint's."""
+
     def request_pause(self, wait: Callable[[], bool]) -> None:
         """Pause after the current step, its validation and checkpoints: the trainer calls ``wait()``
         (each call short, about 0.1 s) until it returns False or a stop signal comes, and saves the

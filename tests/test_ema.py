@@ -12,15 +12,30 @@ from omegaconf import OmegaConf
 from resume_check import assert_same_run, straight_and_resumed, single_thread  # noqa: F401
 from splattrain.checkpoint import load_checkpoint_file
 from splattrain.config.schema import OptimConfig
+from splattrain.engine.shadow import ShadowWeights
 from splattrain.hooks import EMAHook
 from splattrain.model.gaussians import GaussianModel
 from splattrain.optim import build_optimizers
 from splattrain.render import TorchRenderer
 from splattrain.strategy import build_strategy
 
+def with_shadow(trainer: SimpleNamespace) -> SimpleNamespace:
+    """``trainer`` with the engine's shadow weights and ``keep_shadow``, as the DefaultTrainer has them."""
+    trainer.shadow = ShadowWeights()
+
+    def keep_shadow(names, validate=True, export=True):
+        tensors = trainer.shadow.keep(trainer.model.params, names, validate, export)
+        trainer.on_gaussians_moved(trainer.shadow.follow)
+        return tensors
+
+    trainer.keep_shadow = keep_shadow
+    return trainer
+
+
 def scalar_trainer(value: float):
     params = torch.nn.ParameterDict({"means": torch.nn.Parameter(torch.full((2, 3), value))})
-    return SimpleNamespace(model=SimpleNamespace(params=params), on_gaussians_moved=lambda listener: None, step=0)
+    return with_shadow(SimpleNamespace(model=SimpleNamespace(params=params), on_gaussians_moved=lambda listener: None,
+                                       step=0))
 
 
 def run_values(hook: EMAHook, values):
@@ -71,7 +86,8 @@ def densification_setup():
     state = strategy.initialize_state(scene_scale=1.0)
     state["grad2d"] = torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
     state["count"] = torch.ones(n)
-    trainer = SimpleNamespace(model=model, strategy=strategy, on_gaussians_moved=strategy.add_reindex_listener, step=0)
+    trainer = with_shadow(SimpleNamespace(model=model, strategy=strategy, on_gaussians_moved=strategy.add_reindex_listener,
+                                          step=0))
     return trainer, optimizers, state
 
 
@@ -109,14 +125,14 @@ def test_validation_swaps_the_average_in_and_out():
     hook.before_train(trainer)
     trainer.model.params["means"].data.fill_(3.0)
     hook.after_train_iter(trainer, 1, {}, {})  # average 2.0
-    hook.before_val(trainer)
-    assert trainer.model.params["means"].detach().eq(2.0).all()
-    checkpoint = {"gaussians": {"means": trainer.model.params["means"].detach().clone()}, "hooks": {}}
-    hook.before_save_checkpoint(trainer, checkpoint)  # saved mid-validation: still right
+    params, shadow = trainer.model.params, trainer.shadow
+    with shadow.for_validation(params):
+        assert params["means"].detach().eq(2.0).all()
+        state = {"means": params["means"].detach().clone()}
+        checkpoint = shadow.checkpoint_entries(state)  # saved mid-validation: still right
     assert checkpoint["gaussians"]["means"].eq(2.0).all()
-    assert checkpoint["hooks"]["EMAHook"]["training"]["means"].eq(3.0).all()
-    hook.after_val(trainer, {})
-    assert trainer.model.params["means"].detach().eq(3.0).all()
+    assert checkpoint["training_gaussians"]["means"].eq(3.0).all()
+    assert params["means"].detach().eq(3.0).all()
 
 
 def test_checkpoints_keep_training_weights_without_export_average():
@@ -125,10 +141,10 @@ def test_checkpoints_keep_training_weights_without_export_average():
     hook.before_train(trainer)
     trainer.model.params["means"].data.fill_(3.0)
     hook.after_train_iter(trainer, 1, {}, {})
-    checkpoint = {"gaussians": {"means": torch.full((2, 3), 3.0)}, "hooks": {"EMAHook": hook.state_dict()}}
-    hook.before_save_checkpoint(trainer, checkpoint)
+    checkpoint = trainer.shadow.checkpoint_entries({"means": torch.full((2, 3), 3.0)})
     assert checkpoint["gaussians"]["means"].eq(3.0).all()
-    assert checkpoint["hooks"]["EMAHook"]["averaged"]["means"].eq(2.0).all()
+    assert checkpoint["shadow_gaussians"]["means"].eq(2.0).all()
+    assert set(hook.state_dict()) == {"updates"}  # the averages are the engine's to save
 
 
 def test_resume_with_ema_matches_a_straight_run(tmp_path):
@@ -142,7 +158,7 @@ def test_resume_with_ema_matches_a_straight_run(tmp_path):
     for name, value in straight.model.params.items():
         assert torch.equal(value.detach(), hook.averaged[name])
         assert torch.equal(last["gaussians"][name], hook.averaged[name])
-    assert not torch.equal(last["hooks"]["EMAHook"]["training"]["means"], last["gaussians"]["means"])
+    assert not torch.equal(last["training_gaussians"]["means"], last["gaussians"]["means"])
 
 
 def test_removal_outside_densification_is_followed_or_refused():

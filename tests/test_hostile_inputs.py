@@ -130,7 +130,7 @@ def test_resume_without_the_ema_hook_trains_from_the_training_weights(tmp_path):
     with_ema = make_trainer(tmp_path, "ema", steps=6, extra=ema)
     with_ema.train()
     saved = load_checkpoint_file(tmp_path / "ema" / "ckpt" / "step_000006.pt")
-    training = saved["hooks"]["EMAHook"]["training"]
+    training = saved["training_gaussians"]
     assert not torch.equal(saved["gaussians"]["means"], training["means"])  # the file holds the averages
     without = make_trainer(tmp_path, "plain", steps=12)
     without.load_checkpoint(tmp_path / "ema" / "ckpt" / "step_000006.pt")

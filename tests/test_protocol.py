@@ -98,3 +98,40 @@ def test_no_hook_saves_a_checkpoint_or_holds_the_loop_itself() -> None:
                 found.append(f"{path.name}:{node.lineno} while")
     assert not found, found
     assert "save_checkpoint" not in protocol_members() and "paused" not in protocol_members()
+
+
+def _writes_to_the_model(path: Path) -> List[str]:
+    """In-place writes (``x.copy_(...)``, ``x.add_(...)``, ``x.data = ...``, ``x[...] = ...``) to
+    the model's tensors: through ``trainer.model`` or a name bound to something read from it."""
+    found = []
+    for function in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        aliases = {target.id for node in ast.walk(function) if isinstance(node, ast.Assign)
+                   and "model" in ast.unparse(node.value) for target in node.targets if isinstance(target, ast.Name)}
+
+        def of_model(node: ast.AST) -> bool:
+            text = ast.unparse(node)
+            root = node
+            while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
+                root = root.func if isinstance(root, ast.Call) else root.value
+            return "model." in text or (isinstance(root, ast.Name) and root.id in aliases)
+
+        for node in ast.walk(function):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr.endswith("_") \
+                    and not node.func.attr.startswith("_") and of_model(node.func.value):
+                found.append(f"{path.name}:{node.lineno} {ast.unparse(node.func)}")
+            if isinstance(node, (ast.Assign, ast.AugAssign)):
+                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    writes = isinstance(target, ast.Subscript) or (isinstance(target, ast.Attribute) and target.attr == "data")
+                    if writes and of_model(target):
+                        found.append(f"{path.name}:{node.lineno} {ast.unparse(target)} =")
+    return found
+
+
+def test_no_hook_or_example_writes_the_models_tensors() -> None:
+    """Only the engine changes what the model holds (an average a hook keeps is the engine's shadow,
+    swapped in by the engine); hooks and the worked examples write their own tensors only."""
+    modules = HOOK_MODULES + sorted((REPO / "examples").glob("*.py"))
+    found = [write for path in modules for write in _writes_to_the_model(path)]
+    assert not found, found

@@ -23,6 +23,7 @@ from ..optim import build_optimizers, build_schedulers
 from ..render.base import Renderer
 from ..view_opt import ViewCorrections
 from .setup import rng_states, set_rng_states
+from .shadow import ShadowWeights
 
 Message = Callable[[str], None]
 
@@ -45,6 +46,7 @@ class TrainingState(Protocol):
     train_seconds: float
     last_metrics: Dict[str, Any]
     hooks: HookDispatcher
+    shadow: ShadowWeights
 
 
 @dataclass
@@ -67,7 +69,7 @@ def capture(run: TrainingState, step: int, rng: Mapping[str, Any] | None = None)
         "step": step,
         "config": OmegaConf.to_container(run.cfg, resolve=True),
         "sh_degree": run.model.sh_degree,
-        "gaussians": run.model.state_dict(),
+        **run.shadow.checkpoint_entries(run.model.state_dict()),  # gaussians (and the shadow's keys)
         "world_transform": run.data.world_transform.clone(),
         "data_type": run.data_type,  # the dataset reader (what data.type auto chose)
         "optimizers": {name: opt.state_dict() for name, opt in run.optimizers.items()},
@@ -113,7 +115,7 @@ def restore(run: TrainingState, path: Path, checkpoint: Dict[str, Any], info: Me
         info("resuming with changed settings: " + "; ".join(compatible))
     cfg = run.cfg
     run.model.load_state_dict(checkpoint["gaussians"])
-    _restore_training_weights(run, checkpoint.get("hooks", {}), warn)
+    run.shadow.restore(checkpoint, run.model.params)
     restore_renderer(run.renderer, checkpoint, path)
     optimizers = build_optimizers(run.model, cfg.optim, run.scene_scale)
     schedulers = build_schedulers(optimizers, cfg.optim, run.scene_scale, run.max_steps)
@@ -160,20 +162,6 @@ def restore_renderer(renderer: Renderer, checkpoint: Mapping[str, Any], path: Pa
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
         raise CheckpointError(f"checkpoint '{path}': the renderer state does not fit renderer "
                               f"{type(renderer).__name__} ({type(err).__name__}: {err})") from None
-
-
-def _restore_training_weights(run: TrainingState, states: Dict[str, Any], warn: Message) -> None:
-    """A checkpoint whose Gaussians are a hook's averages (EMAHook with ``export_average``) keeps the
-    training weights in that hook's state; resumed without the hook, train from those weights."""
-    present = {hook.state_key for hook in run.hooks.hooks} | {hook.name for hook in run.hooks.hooks}
-    for key, state in states.items():
-        if key in present or not isinstance(state, dict) or not isinstance(state.get("training"), dict):
-            continue
-        with torch.no_grad():
-            for name, weights in state["training"].items():
-                run.model.params[name].copy_(weights.to(run.model.params[name].device))
-        warn(f"the checkpoint's Gaussians are the averages of hook {key!r}, which this run does not have: "
-             "training goes on from the training weights it saved, and the averages are dropped")
 
 
 def _to_device(value: Any, device: torch.device) -> Any:

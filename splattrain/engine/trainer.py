@@ -32,6 +32,7 @@ from .run_config import prepare_config
 from .row_edits import RowEdits
 from .run_folder import RunFolder
 from .setup import resolve_device, seed_everything
+from .shadow import ShadowWeights
 from .steering import SteeringCalls
 
 @TRAINERS.register("DefaultTrainer")
@@ -75,6 +76,8 @@ class DefaultTrainer(SteeringCalls):
         self.densify_after_step = bool(cfg.optim.densify_after_step)
         self.replica_check_interval = int(cfg.trainer.replica_check_interval)  # read once: config reads are slow per step
         self.evaluator: Optional[Evaluator] = None
+        self.shadow = ShadowWeights()  #: shadow weights a hook keeps (an average), swapped in by the engine
+        self._shadow_follows = False
         self.writers = WriterGroup([], warn=self.console.warning)
 
         self.hooks = HookDispatcher(timing=cfg.trainer.hook_timing)
@@ -119,6 +122,18 @@ class DefaultTrainer(SteeringCalls):
         ``step_XXXXXX.pt`` (and ``last.pt``; ``keep_last`` > 0 keeps that many step checkpoints),
         or ``<name>.pt``."""
         self.requests.ask_checkpoint(name, keep_last)
+
+    def keep_shadow(self, names: Sequence[str], validate: bool = True, export: bool = True) -> Dict[str, torch.Tensor]:
+        """Shadow copies of the parameter groups ``names`` (an average a hook keeps): the live tensors
+        the hook updates in place, moved with the Gaussians by the engine, swapped into the model for
+        each validation (``validate``) and after training (``export``: checkpoints then hold them as
+        their Gaussians, the training weights under ``training_gaussians``). After a resume it holds
+        the checkpoint's shadow."""
+        tensors = self.shadow.keep(self.model.params, names, validate, export)
+        if not self._shadow_follows:
+            self._shadow_follows = True
+            self.on_gaussians_moved(self.shadow.follow)
+        return tensors
 
     def request_pause(self, wait: Callable[[], bool]) -> None:
         """Pause after the current step (its validation and checkpoints done): the trainer calls
@@ -203,6 +218,7 @@ class DefaultTrainer(SteeringCalls):
             self.completed_step = self.start_step = self.step
             self._check_replicas("before training")
             self.call_hook("before_train")
+            self.shadow.drop_unclaimed(self.console.warning)
             self._carry_out_pause()
             for step in range(self.step + 1, self.max_steps + 1):
                 self.step = step
@@ -215,6 +231,8 @@ class DefaultTrainer(SteeringCalls):
                     self.validate()
                 if self._after_requests(step, validated):
                     break
+            if self.shadow.export:  # the run ends with the shadow in the model (scene files, publish)
+                self.shadow.swap_in(self.model.params)
             self.call_hook("after_train")
             self._act_on_signals(signals.after_last_step(self.dist), False, finished=True)
             run_report.print_hook_timing(self)
@@ -384,21 +402,22 @@ class DefaultTrainer(SteeringCalls):
         the test views'), with ``val_<metric>`` and ``train_psnr`` beside them (:meth:`_split_scores`)."""
         if self.evaluator is None:
             self.evaluator = self._evaluator()
-        self.call_hook("before_val")
         sh_degree = self.schedule.sh_degree_at(self.step)
         scored: List[tuple[int, Dict[str, Any]]] = []
-        for index, batch in enumerate(self.data.test_batches()):
-            if not self.dist.owns_view(index):  # several ranks share the test views
-                continue
-            self.call_hook("before_val_iter", index, batch)
-            render = self.renderer.render(self.model, batch["camera"], sh_degree, self.background)
-            scores = self.evaluator(render.rgb, batch["image"], batch.get("mask"))
-            scored.append((index, {"view": batch["camera"][0].name, **scores}))
-            self.call_hook("after_val_iter", index, batch, {"render": render, "metrics": scores})
-            self._act_on_signals(*signals.between_views(self.dist))
-        per_view = self.dist.gather_views(scored)
-        metrics = {"step": self.step, **mean_metrics(per_view)}
-        metrics.update(self._split_scores(sh_degree, metrics))
+        with self.shadow.for_validation(self.model.params):  # a kept average is what is validated
+            self.call_hook("before_val")
+            for index, batch in enumerate(self.data.test_batches()):
+                if not self.dist.owns_view(index):  # several ranks share the test views
+                    continue
+                self.call_hook("before_val_iter", index, batch)
+                render = self.renderer.render(self.model, batch["camera"], sh_degree, self.background)
+                scores = self.evaluator(render.rgb, batch["image"], batch.get("mask"))
+                scored.append((index, {"view": batch["camera"][0].name, **scores}))
+                self.call_hook("after_val_iter", index, batch, {"render": render, "metrics": scores})
+                self._act_on_signals(*signals.between_views(self.dist))
+            per_view = self.dist.gather_views(scored)
+            metrics = {"step": self.step, **mean_metrics(per_view)}
+            metrics.update(self._split_scores(sh_degree, metrics))
         self.val_per_view = per_view
         self.last_metrics = metrics
         self.call_hook("after_val", metrics)
@@ -503,6 +522,7 @@ class DefaultTrainer(SteeringCalls):
     def _report_exception(self, error: BaseException) -> None:
         failed_step = self.step
         self._failed = True
+        self.shadow.swap_out(self.model.params)
         try:
             self.call_hook("on_exception", error)
         except Exception as hook_error:  # keep the original error as the one raised

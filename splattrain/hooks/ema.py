@@ -7,11 +7,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import torch
 from torch import Tensor
 
-from ..checkpoint_schema import PARAM_NAMES
 from ..errors import ConfigError
 from ..registry import HOOKS
 from ..steps import Steps
-from . import state as state_values
 from .base import Hook, Priority
 
 VARIANTS = ("ema", "swa", "momentum_annealing")
@@ -33,12 +31,13 @@ class EMAHook(Hook):
     and the averages follow their Gaussians to their new rows; new or re-initialised Gaussians
     start from their current values (n = 1).
 
-    With ``validate_with_average`` the averaged weights are swapped in for each validation and
-    swapped back after. With ``export_average`` checkpoints store the averaged weights as their
-    Gaussians (so ``splattrain eval / render / export`` use them; the training weights ride in
-    this hook's state and come back on resume), and after training the averaged weights stay
-    in the model, so the final ``scene.ply`` and published checkpoint hold them. The periodic
-    ``ply/step_*.ply`` files hold the training weights.
+    The averages are the run's shadow weights (``trainer.keep_shadow``): the engine moves them
+    with their Gaussians, swaps them in for each validation (``validate_with_average``) and, with
+    ``export_average``, after training, so the final ``scene.ply`` and published checkpoint hold
+    them, and checkpoints store them as their Gaussians (``splattrain eval / render / export`` use
+    them) with the training weights beside them, which come back on resume. The hook only keeps
+    the averages up to date; it never writes the model. The periodic ``ply/step_*.ply`` files
+    hold the training weights.
 
     Args:
         momentum: weight of the new value (ema, momentum_annealing), in (0, 1].
@@ -77,10 +76,8 @@ class EMAHook(Hook):
         self.groups: Optional[List[str]] = list(groups) if groups is not None else None
         self.validate_with_average = validate_with_average
         self.export_average = export_average
-        self.averaged: Dict[str, Tensor] = {}
+        self.averaged: Dict[str, Tensor] = {}  # the run's shadow weights (trainer.keep_shadow)
         self.updates: Optional[Tensor] = None  # [N] updates averaged into each row
-        self._training: Optional[Dict[str, Tensor]] = None  # training weights while the average is in the model
-        self._loaded: Optional[Dict[str, Any]] = None
 
     # -- set-up -------------------------------------------------------------------------
     def before_train(self, trainer) -> None:
@@ -90,8 +87,12 @@ class EMAHook(Hook):
             raise ConfigError(
                 f"EMAHook groups: {', '.join(unknown)} not a parameter group (groups: {', '.join(params.keys())})"
             )
-        if not self.averaged:
-            self._restart(params)
+        self.averaged = trainer.keep_shadow(self._names(params), self.validate_with_average, self.export_average)
+        count = len(params["means"])
+        if self.updates is None or len(self.updates) != count:
+            self.updates = torch.ones(count, device=params["means"].device)
+        else:
+            self.updates = self.updates.to(params["means"].device)
         trainer.on_gaussians_moved(self.follow)
 
     def _names(self, params: Mapping[str, Tensor]) -> List[str]:
@@ -99,7 +100,8 @@ class EMAHook(Hook):
 
     @torch.no_grad()
     def _restart(self, params: Mapping[str, Tensor]) -> None:
-        self.averaged = {name: params[name].detach().clone() for name in self._names(params)}
+        for name, average in self.averaged.items():
+            average.copy_(params[name].detach())
         self.updates = torch.ones(len(params["means"]), device=params["means"].device)
 
     # -- averaging ----------------------------------------------------------------------
@@ -132,92 +134,22 @@ class EMAHook(Hook):
 
     @torch.no_grad()
     def follow(self, sources: Tensor, params: Mapping[str, Tensor]) -> None:
-        """Move the averages with their Gaussians; rows with source -1 start from ``params``."""
-        new = sources < 0
+        """Move the update counts with their Gaussians (the engine moves the averages); new rows
+        (source -1) start at one update."""
         rows = sources.clamp(min=0)
-        for name, average in self.averaged.items():
-            mask = new.view(-1, *[1] * (average.dim() - 1))
-            self.averaged[name] = torch.where(mask, params[name].detach(), average[rows])
-        self.updates = torch.where(new, torch.ones_like(self.updates[rows]), self.updates[rows])
-
-    # -- the averaged weights in the model --------------------------------------------
-    @torch.no_grad()
-    def _swap_in(self, trainer) -> None:
-        if self._training is not None:
-            return
-        params = trainer.model.params
-        self._training = {name: params[name].detach().clone() for name in self.averaged}
-        for name, average in self.averaged.items():
-            params[name].copy_(average)
-
-    @torch.no_grad()
-    def _swap_out(self, trainer) -> None:
-        if self._training is None:
-            return
-        for name, weights in self._training.items():
-            trainer.model.params[name].copy_(weights)
-        self._training = None
-
-    def before_val(self, trainer) -> None:
-        if self.validate_with_average:
-            self._swap_in(trainer)
-
-    def after_val(self, trainer, metrics: Dict[str, Any]) -> None:
-        self._swap_out(trainer)
-
-    def after_train(self, trainer) -> None:
-        if self.export_average:
-            self._swap_in(trainer)
-
-    def on_exception(self, trainer, error: BaseException) -> None:
-        self._swap_out(trainer)
+        self.updates = torch.where(sources < 0, torch.ones_like(self.updates[rows]), self.updates[rows])
 
     # -- checkpoints --------------------------------------------------------------------
-    def before_save_checkpoint(self, trainer, checkpoint: Dict[str, Any]) -> None:
-        if not self.averaged:
-            return
-        gaussians = checkpoint["gaussians"]
-        training = {n: (self._training or {}).get(n, gaussians[n]) for n in gaussians}
-        state = checkpoint["hooks"].setdefault(self.name, {})
-        if self.export_average:
-            checkpoint["gaussians"] = {
-                n: self.averaged[n].clone() if n in self.averaged else training[n] for n in gaussians
-            }
-            state["training"] = {n: training[n] for n in self.averaged}
-            state.pop("averaged", None)
-        else:
-            checkpoint["gaussians"] = training
-
     def state_dict(self) -> Dict[str, Any]:
-        if not self.averaged:
-            return {}
-        return {"averaged": dict(self.averaged), "updates": self.updates}
+        return {} if self.updates is None else {"updates": self.updates}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Check ``state`` now (so a bad one is refused before the run starts); it is applied once
-        the model is restored (``after_load_checkpoint``)."""
-        if state:
-            weights = state_values.tensors(state, "training" if "training" in state else "averaged")
-            unknown = sorted(set(weights) - set(PARAM_NAMES))
-            if unknown:
-                raise ValueError(f"it averages {unknown}, which are not Gaussian parameters")
-            updates = state.get("updates")
-            rows = {len(value) for value in weights.values() if value.dim() > 0}
-            if not (isinstance(updates, torch.Tensor) and updates.dim() == 1 and updates.is_floating_point()
-                    and rows == {len(updates)} and bool(torch.isfinite(updates).all())):
-                raise ValueError("'updates' is not a finite floating-point tensor of one count per Gaussian")
-        self._loaded = state
-
-    @torch.no_grad()
-    def after_load_checkpoint(self, trainer, checkpoint: Dict[str, Any]) -> None:
-        state, self._loaded = self._loaded, None
+        """The update counts (the averages themselves are the engine's, in the checkpoint's
+        shadow keys); checked now, so a bad one is refused before the run starts."""
         if not state:
             return
-        params = trainer.model.params
-        if "training" in state:  # the checkpoint's Gaussians are the averages
-            self.averaged = {n: params[n].detach().clone() for n in state["training"]}
-            for name, weights in state["training"].items():
-                params[name].copy_(weights)
-        else:
-            self.averaged = {n: v.to(params[n].device).clone() for n, v in state["averaged"].items()}
-        self.updates = state["updates"].to(params["means"].device).clone()
+        updates = state.get("updates")
+        if not (isinstance(updates, torch.Tensor) and updates.dim() == 1 and updates.is_floating_point()
+                and bool(torch.isfinite(updates).all())):
+            raise ValueError("'updates' is not a finite floating-point tensor of one count per Gaussian")
+        self.updates = updates.clone()
