@@ -35,6 +35,10 @@ from .setup import resolve_device, seed_everything
 from .shadow import ShadowWeights
 from .steering import SteeringCalls
 
+#: Training views scored for ``train_psnr`` at most, when validation uses the test views.
+TRAIN_VIEWS_SCORED = 8
+
+
 @TRAINERS.register("DefaultTrainer")
 class DefaultTrainer(SteeringCalls):
     """Trains a Gaussian scene from a resolved config, calling hooks at every point.
@@ -426,8 +430,9 @@ class DefaultTrainer(SteeringCalls):
 
     def _split_scores(self, sh_degree: int, test: Dict[str, Any]) -> Dict[str, Any]:
         """``val_<metric>`` of the views ``data.val_split`` holds out (without one, the test views'
-        ``test`` scores) and ``train_psnr`` of as many training views, spread over them, rendered
-        with their learned view corrections."""
+        ``test`` scores) and ``train_psnr`` of as many training views (without a split, as many as
+        test views up to :data:`TRAIN_VIEWS_SCORED`), spread over them, rendered with their learned
+        view corrections."""
         data, evaluator = self.data, self.evaluator
         val = test
         if data.val_frames:
@@ -435,7 +440,7 @@ class DefaultTrainer(SteeringCalls):
                 (index, evaluator(self.renderer.render(self.model, batch["camera"], sh_degree, self.background).rgb,
                                   batch["image"], batch.get("mask")))
                 for index, batch in enumerate(data.val_batches()) if self.dist.owns_view(index)]))
-        count = max(1, len(data.val_frames) or len(data.test_frames))
+        count = max(1, len(data.val_frames) or min(len(data.test_frames), TRAIN_VIEWS_SCORED))
         train = []
         for index, batch in enumerate(data.train_view_batches(count)):
             if self.dist.owns_view(index):
