@@ -15,10 +15,11 @@ import sys
 import threading
 from pathlib import Path
 
-from splattrain import interrupts, lpips_files
+from splattrain import interrupts
+from splattrain.metrics import lpips_files
 from splattrain.cli import main
 from splattrain.console import Console
-from splattrain.lpips_files import SOURCES, WeightFile
+from splattrain.metrics.lpips_files import SOURCES, WeightFile
 
 
 def stuck_transfer(marker: Path):

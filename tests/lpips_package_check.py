@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lpips_weights import backbone_state, linear_state  # noqa: E402
 
-from splattrain.lpips_net import LPIPSNet  # noqa: E402
+from splattrain.metrics.lpips_net import LPIPSNet  # noqa: E402
 
 
 def package_model(net: str):

@@ -18,9 +18,10 @@ import torch
 
 from conftest import REPO, tiny_config_text
 from lpips_weights import FILES, write_inflating_backbone, write_weights
-from splattrain import download as download_module, lpips_files
+from splattrain import download as download_module
+from splattrain.metrics import lpips_files
 from splattrain.cli import main
-from splattrain.lpips_files import SOURCES
+from splattrain.metrics.lpips_files import SOURCES
 from splattrain.metrics import Evaluator
 from test_lpips_download import console_to, hub  # noqa: F401 - the fixture
 from weight_server import WeightServer, declaring, drip, endless, files_under, point_sources, status, weight_bytes
@@ -234,7 +235,7 @@ def inflating(tmp_path_factory) -> Path:
 def test_a_weight_file_that_would_inflate_is_refused_before_loading(inflating, tmp_path):
     script = f"""
 import json
-from splattrain.lpips_files import build_lpips
+from splattrain.metrics.lpips_files import build_lpips
 def peak_kib():  # this process's peak resident memory (getrusage's carries over from the parent)
     with open("/proc/self/status") as status:
         return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))

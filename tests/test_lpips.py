@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from lpips_weights import FILES, LINEAR_CHANNELS, TORCHVISION_CONVS, backbone_state, linear_state, write_weights
-from splattrain import lpips_files
-from splattrain.lpips_files import build_lpips, lpips_package_weights_dir
-from splattrain.lpips_net import LPIPSNet
+from splattrain.metrics import lpips_files
+from splattrain.metrics.lpips_files import build_lpips, lpips_package_weights_dir
+from splattrain.metrics.lpips_net import LPIPSNet
 from splattrain.metrics import Evaluator
 
 #: Where each backbone's feature maps are taken: torchvision ``features`` index of the tapped ReLU.

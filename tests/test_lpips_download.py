@@ -15,11 +15,12 @@ from rich.console import Console as RichConsole
 
 from conftest import tiny_config_text
 from lpips_weights import FILES
-from splattrain import interrupts, lpips_files
+from splattrain import interrupts
+from splattrain.metrics import lpips_files
 from splattrain.cli import main
 from splattrain.console import Console
 from splattrain.download import download
-from splattrain.lpips_files import FETCH_COMMAND, SOURCES, hub_folders
+from splattrain.metrics.lpips_files import FETCH_COMMAND, SOURCES, hub_folders
 from splattrain.metrics import Evaluator
 from test_lpips import images, reference_lpips
 from weight_server import WeightServer, closed_port, files_under, point_sources, weight_bytes

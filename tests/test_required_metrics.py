@@ -10,7 +10,7 @@ import pytest
 from cli_check import assert_one_line_error, run_cli
 from conftest import tiny_config_text
 from lpips_weights import FILES
-from splattrain import lpips_files
+from splattrain.metrics import lpips_files
 from splattrain.cli import main
 from splattrain.hooks import Hook
 from splattrain.hooks.checkpoint_hook import CheckPointHook

@@ -14,8 +14,8 @@ from typing import Callable, Dict, List, Optional
 import torch
 
 from lpips_weights import FILES, backbone_state, linear_state
-from splattrain import lpips_files
-from splattrain.lpips_files import WeightFile
+from splattrain.metrics import lpips_files
+from splattrain.metrics.lpips_files import WeightFile
 
 
 def weight_bytes(net: str = "alex") -> Dict[str, bytes]:

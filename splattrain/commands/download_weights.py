@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from ..console import Console
-from ..lpips_files import SOURCES, fetch
+from ..metrics.lpips_files import SOURCES, fetch
 
 
 def download_weights(console: Console, what: str, net: str = "alex", folder: Optional[str | Path] = None) -> List[Path]:

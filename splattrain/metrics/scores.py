@@ -7,9 +7,9 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from .download import Progress
-from .errors import ConfigError
-from .losses import masked_ssim, ssim_nhwc
+from ..download import Progress
+from ..errors import ConfigError
+from ..losses import masked_ssim, ssim_nhwc
 from .lpips_files import build_lpips
 
 
@@ -42,7 +42,7 @@ def color_correct(pred: Tensor, target: Tensor, mask: Optional[Tensor] = None) -
 
 class LPIPSMetric:
     """LPIPS computed by splattrain's own network (torch only) once its two weight files are found,
-    or (with ``download``) fetched and verified (:mod:`splattrain.lpips_files`).
+    or (with ``download``) fetched and verified (:mod:`splattrain.metrics.lpips_files`).
 
     When they cannot be had, ``available`` is False and ``reason`` says why in one line, naming
     the files and where they go.

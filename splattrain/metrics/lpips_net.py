@@ -5,7 +5,7 @@ each unit-normalised over channels, squared differences weighted by learned 1x1 
 layers, averaged over space and summed over layers. The backbone weights are read from
 torchvision's state-dict file (``features.*`` keys) and the linear layers from the LPIPS
 v0.1 weight files (``lin{k}.model.1.weight``), both with ``weights_only=True``; where those
-files come from is :mod:`splattrain.lpips_files`'s job.
+files come from is :mod:`splattrain.metrics.lpips_files`'s job.
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from .checkpoint import CheckpointError, check_torch_zip
-from .download import DownloadError, Progress, download as download_file, sha256_of
+from ..checkpoint import CheckpointError, check_torch_zip
+from ..download import DownloadError, Progress, download as download_file, sha256_of
 from .lpips_net import BACKBONES, LPIPSNet, load_lpips
 
 #: The command that fetches the files ahead of time (named in every message about missing files).
