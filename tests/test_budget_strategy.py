@@ -73,3 +73,20 @@ def test_resume_with_the_budget_strategy_matches_a_straight_run(tmp_path):
 def test_bad_budget_options_are_refused(options, message):
     with pytest.raises(ConfigError, match=message):
         build_strategy(options, object())
+
+
+def test_a_cap_set_during_the_run_leaves_the_configured_one_as_written():
+    """``trainer.cap_gaussians`` bounds growth beside ``max_gaussians`` without rewriting it."""
+    from splattrain.strategy import build_strategy
+
+    for spec in ({"type": "default", "max_gaussians": 1000}, {"type": "mcmc", "max_gaussians": 1000}):
+        strategy = build_strategy(spec, None)
+        strategy.limit_growth(400)
+        assert (strategy.max_gaussians, strategy.growth_limit, strategy.growth_cap) == (1000, 400, 400)
+        strategy.limit_growth(5000)
+        assert strategy.growth_cap == 1000 and strategy.max_gaussians == 1000
+        strategy.limit_growth(None)
+        assert (strategy.growth_limit, strategy.growth_cap) == (None, 1000)
+    uncapped = build_strategy({"type": "default"}, None)
+    uncapped.limit_growth(300)
+    assert (uncapped.max_gaussians, uncapped.growth_cap) == (0, 300)

@@ -71,7 +71,7 @@ class Probe(Hook):
 
     def after_train_iter(self, trainer, step, batch, outputs):
         self.peak = max(self.peak, meter(trainer, *self.meter_args))
-        self.growth.append((step, self.before, trainer.model.num_gaussians, trainer.strategy.max_gaussians))
+        self.growth.append((step, self.before, trainer.model.num_gaussians, trainer.strategy.growth_cap))
 
 
 def run(tmp_path, name: str, max_memory_gb: float, steps: int = 50, hook_extra: str = "", extra: str = "",
@@ -178,7 +178,7 @@ def test_resume_restores_the_model_and_limits_growth_again(tmp_path):
     again = next(h for h in resumed.hooks.hooks if isinstance(h, MemoryBudgetHook))
     assert (again.cap, again.base, again.per_gaussian) == (hook.cap, hook.base, hook.per_gaussian)
     assert resumed.model.num_gaussians == straight.model.num_gaussians <= hook.cap
-    assert 0 < resumed.strategy.max_gaussians <= hook.cap  # the fresh strategy is capped too
+    assert 0 < resumed.strategy.growth_cap <= hook.cap  # the fresh strategy is capped too
 
 
 def test_a_strategy_without_a_cap_is_refused(tmp_path):

@@ -70,8 +70,8 @@ class BudgetStrategy(DefaultStrategy):
     def target(self, step: int, start_count: int) -> int:
         """How many Gaussians the scene should have after the refinement at ``step``."""
         budget = self._resolved or start_count
-        if self.max_gaussians > 0:
-            budget = min(budget, self.max_gaussians)
+        if self.growth_cap > 0:
+            budget = min(budget, self.growth_cap)
         span = max(self.refine_stop_iter - self.refine_start_iter, 1)
         progress = min(max((step - self.refine_start_iter) / span, 0.0), 1.0)
         reached = 1.0 - (1.0 - progress) ** self.growth_power

@@ -148,11 +148,11 @@ class DefaultStrategy(Strategy):
         return n_dupli, self.split_gaussians(params, optimizers, state, is_split)
 
     def _within_cap(self, is_dupli: Tensor, is_split: Tensor, grads: Tensor) -> Tuple[Tensor, Tensor]:
-        """Keep the candidates with the largest gradients that fit under ``max_gaussians``."""
-        if self.max_gaussians <= 0:
+        """Keep the candidates with the largest gradients that fit under the growth cap."""
+        if self.growth_cap <= 0:
             return is_dupli, is_split
         candidates = is_dupli | is_split
-        budget = max(self.max_gaussians - len(grads), 0)  # clone and split both add one Gaussian
+        budget = max(self.growth_cap - len(grads), 0)  # clone and split both add one Gaussian
         if int(candidates.sum()) <= budget:
             return is_dupli, is_split
         ranked = torch.where(candidates, grads, torch.full_like(grads, -torch.inf))

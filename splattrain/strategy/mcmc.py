@@ -70,7 +70,7 @@ class MCMCStrategy(Strategy):
             if dead.any():
                 self.reindexed(relocation.relocate(params, optimizers, dead, binoms, self.min_opacity), params)
             count = len(params["means"])
-            n_new = min(self.max_gaussians, int(1.05 * count)) - count
+            n_new = min(self.growth_cap, int(1.05 * count)) - count
             if n_new > 0:
                 self.reindexed(relocation.sample_add(params, optimizers, n_new, binoms, self.min_opacity), params)
         lr = optimizers["means"].param_groups[0]["lr"]

@@ -83,8 +83,8 @@ class Strategy(RowChanges):
     ``steps_scaler``); :meth:`scale_steps` scales them. A strategy that refines or resets on a
     schedule says when in :meth:`refines_at` / :meth:`resets_at`, from which :meth:`events` lists
     the run's events. Caps: a strategy that can bound the number of Gaussians sets
-    ``supports_cap = True`` and has a ``max_gaussians`` field (0: no cap) that it honours when
-    growing; the trainer lowers it during a run when a hook asks (:meth:`limit_growth`).
+    ``supports_cap = True`` and has a ``max_gaussians`` field (0: no cap); when growing it honours
+    :attr:`growth_cap`, which adds the bound a hook may set during a run (:meth:`limit_growth`).
     """
 
     supports_cap: bool = False
@@ -132,15 +132,24 @@ class Strategy(RowChanges):
         check_step_annotations(cls, "strategy")
         return scale_options(step_kinds(cls), options, option_defaults(cls), run, window, where)
 
+    #: A bound on growth set during the run (``trainer.cap_gaussians``); None: none. The
+    #: configured ``max_gaussians`` stays as it was written.
+    growth_limit: Optional[int] = None
+
+    @property
+    def growth_cap(self) -> int:
+        """The most Gaussians growth may reach now: the smaller of the configured ``max_gaussians``
+        and :attr:`growth_limit` (0: no cap). A strategy that caps its growth reads this."""
+        caps = [int(c) for c in (getattr(self, "max_gaussians", 0) or 0, self.growth_limit or 0) if c > 0]
+        return min(caps) if caps else 0
+
     def limit_growth(self, limit: Optional[int]) -> None:
         """Grow to at most ``limit`` Gaussians from now on, together with the configured
         ``max_gaussians`` (None: the configured cap alone). ConfigError without ``supports_cap``."""
         if not self.supports_cap:
             raise ConfigError(f"strategy {type(self).__name__} cannot cap the number of Gaussians (supports_cap); "
                               "use a strategy with max_gaussians")
-        configured = self.__dict__.setdefault("_configured_cap", int(getattr(self, "max_gaussians", 0) or 0))
-        limits = [x for x in (configured or None, limit) if x is not None]
-        self.max_gaussians = min(limits) if limits else 0
+        self.growth_limit = None if limit is None else int(limit)
 
     def fit_to_scene(self, facts: SceneFacts) -> None:
         """Called once when the trainer is built, before :meth:`initialize_state`: size options
