@@ -79,7 +79,6 @@ class DistContext:
     pending_signal: int = 0  #: the signal this rank sends in the next gradient exchange (0: none)
     #: the signal each rank sent in the last gradient exchange (0: none), by rank
     agreed_signals: List[int] = field(default_factory=list)
-    statistics_synced: bool = False  # the statistics hold the totals over the ranks (until released)
     early: EarlyReduce = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -250,15 +249,13 @@ class DistContext:
             if tensors:
                 with _collective(self, "the statistics exchange"):
                     self.bytes_reduced += all_reduce_flat(tensors, op=op)
-        self.statistics_synced = True
         self._count("statistics", started)
 
     def release_statistics(self, state: Dict[str, Any], modes: Mapping[str, str]) -> None:
-        """After the statistics were combined (or restored): ranks other than 0 zero their summed
-        entries, so that the sum over the ranks stays the run's total (held by rank 0, and by its
-        checkpoints). Between combinations each rank keeps accumulating its own views."""
-        synced, self.statistics_synced = self.statistics_synced, False
-        if not self.enabled or self.is_main or not synced:
+        """Ranks other than 0 zero the summed entries of ``modes``: after the statistics were
+        combined (or restored), so that the sum over the ranks stays the run's total (held by rank
+        0, and by its checkpoints). The strategy knows when that is (it holds no flag here)."""
+        if not self.enabled or self.is_main:
             return
         for key, mode in modes.items():
             if mode == "sum" and isinstance(state.get(key), Tensor):

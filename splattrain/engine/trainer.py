@@ -484,8 +484,7 @@ class DefaultTrainer(SteeringCalls):
         self.step, self.optimizers, self.schedulers = restored.step, restored.optimizers, restored.schedulers
         self.strategy_state, self.train_seconds = restored.strategy_state, restored.train_seconds
         self.last_metrics = restored.last_metrics
-        self.dist.statistics_synced = True  # the restored statistics are totals: rank 0 keeps them
-        self.strategy.release_statistics(self.strategy_state)
+        self.strategy.restored_statistics(self.strategy_state)
 
     def _check_replicas(self, when: str, checkpoint: bool = False) -> None:
         """Compare the ranks' replicas (several ranks only); before a ``checkpoint`` the strategy's

@@ -213,16 +213,25 @@ class Strategy(RowChanges):
 
     def sync_statistics(self, state: Dict[str, Any]) -> None:
         """Combine :meth:`reduced_statistics` across ranks (nothing in a single process); call it
-        after accumulating and before deciding what to refine."""
+        after accumulating and before deciding what to refine. Every rank then holds the totals,
+        until :meth:`release_statistics`."""
         reducer = self.__dict__.get("_statistics_reducer")
         if reducer is not None:
             reducer.reduce_statistics(state, self.reduced_statistics(state))
+            self.__dict__["_holds_totals"] = True
+
+    def restored_statistics(self, state: Dict[str, Any]) -> None:
+        """``state`` came from a checkpoint, which holds the totals: rank 0 keeps them, the others
+        start again from zero."""
+        self.__dict__["_holds_totals"] = True
+        self.release_statistics(state)
 
     def release_statistics(self, state: Dict[str, Any]) -> None:
-        """Zero the summed statistics on ranks other than 0 (after each step's refinement and
-        after restoring a checkpoint, which holds the totals)."""
+        """Where every rank holds the totals (combined this step, or restored), zero the summed
+        statistics on ranks other than 0, so the sum over the ranks stays the run's total; between
+        combinations each rank accumulates its own views. The strategy alone knows which holds."""
         reducer = self.__dict__.get("_statistics_reducer")
-        if reducer is not None:
+        if reducer is not None and self.__dict__.pop("_holds_totals", False):
             reducer.release_statistics(state, self.reduced_statistics(state))
 
     def default_loss_terms(self) -> List[Dict[str, Any]]:
