@@ -33,7 +33,8 @@ class StepOutputs:
     """What a training step produced, passed to ``after_backward`` and ``after_train_iter``.
 
     ``render`` is the last micro-batch's render, ``losses`` the loss terms by name (``loss`` is the
-    weighted sum) averaged over micro-batches and ranks, ``batch`` the step's views. An
+    weighted sum) averaged over micro-batches and ranks, ``batch`` the step's views,
+    ``view_losses`` each micro-batch's own terms with its views' names (this rank's). An
     ``after_backward`` hook may set ``skip_update`` to drop the step's update (densification
     statistics and optimizer step). ``outputs["losses"]``-style access works as well.
     """
@@ -43,6 +44,7 @@ class StepOutputs:
     sh_degree: int
     batch: Dict[str, Any]
     skip_update: bool = False
+    view_losses: List[Tuple[List[str], Dict[str, Tensor]]] = dataclasses.field(default_factory=list)
 
     def _field(self, key: str) -> str:
         if key not in _STEP_FIELDS:

@@ -70,3 +70,32 @@ def test_resume_keeps_the_skip_count(tmp_path):
     counts = [next(h.skips for h in t.hooks.hooks if h.name == "CheckInvalidLossHook") for t in (straight, resumed)]
     assert counts == [2, 2]
     assert_same_run(straight, resumed, hooks=["CheckInvalidLossHook"])
+
+
+class PoisonLoss(Hook):
+    """Adds a NaN term to the step's own loss at ``step`` (a render done again would not show it)."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__()
+        self.step, self.view = step, None
+
+    def before_backward(self, trainer, step, losses):
+        if step == self.step:
+            losses["poisoned"] = torch.tensor(float("nan"))
+            losses["loss"] = losses["loss"] + losses["poisoned"]
+
+    def before_train_iter(self, trainer, step, batch):
+        if step == self.step:
+            self.view = batch["camera"][0].name
+
+
+def test_the_diagnosis_names_the_views_of_the_steps_own_losses(tmp_path):
+    """The views are named from the losses the step computed (its corrections and hooks included),
+    not from a second render that could come out finite."""
+    poison = PoisonLoss(3)
+    trainer = make_trainer(tmp_path, "run", steps=5, extra=hook_config(policy="raise"), hooks=[poison])
+    with pytest.raises(HookError) as caught:
+        trainer.train()
+    message = str(caught.value)
+    assert "invalid loss at step 3" in message and "poisoned = nan" in message
+    assert f"views: {poison.view})" in message

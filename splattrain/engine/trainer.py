@@ -330,7 +330,7 @@ class DefaultTrainer(SteeringCalls):
         schedule = self.schedule
         sh_degree = schedule.sh_degree_at(step)
         chunks = micro_batches(batch, schedule.batch_size)
-        infos, terms = [], []
+        infos, terms, views = [], [], []
         self.row_edits.hold()  # row changes asked until the update is done wait for it
         for chunk in chunks:
             render = self.renderer.render(
@@ -350,10 +350,11 @@ class DefaultTrainer(SteeringCalls):
             (losses["loss"] / len(chunks)).backward()
             infos.append(render.info)
             terms.append(losses)
+            views.append(([camera.name or str(int(i)) for camera, i in zip(chunk["camera"], chunk["image_id"])], losses))
         signals.before_exchange(self.dist)  # a signal on any rank travels in the gradient exchange
         synced = {**self.optimizers, **{f"view_opt/{k}": v for k, v in self.view_opt.optimizers.items()}}
         losses = self.dist.sync_gradients(synced, mean_losses(terms), sh_degree)  # mean over ranks
-        outputs = StepOutputs(render=render, losses=losses, sh_degree=sh_degree, batch=batch)
+        outputs = StepOutputs(render=render, losses=losses, sh_degree=sh_degree, batch=batch, view_losses=views)
         self.call_hook("after_backward", step, outputs)
         agree_on_step(self.dist, self.hooks.hooks, outputs)
         self._update(step, outputs, infos)

@@ -14,7 +14,6 @@ from . import state as state_values
 from .base import Hook, Priority
 
 POLICIES = ("raise", "skip")
-_PER_VIEW = ("image", "alpha", "mask", "depth", "image_id")
 
 
 class InvalidLossError(RuntimeError):
@@ -79,18 +78,11 @@ class CheckInvalidLossHook(Hook):
         self.skips = state_values.whole(state, "skips", 0, minimum=0)
 
 
-@torch.no_grad()
 def _invalid_views(trainer, outputs: Dict[str, Any]) -> List[str]:
-    """Names of the step's views whose own loss terms are not all finite (each re-rendered alone)."""
-    batch = outputs["batch"]
-    names = []
-    for index, camera in enumerate(batch["camera"]):
-        render = trainer.renderer.render(
-            trainer.model, [camera], outputs["sh_degree"], batch["background"], depth=trainer.schedule.render_depth
-        )
-        view = {key: value[index : index + 1] if key in _PER_VIEW else value for key, value in batch.items()}
-        view["camera"] = [camera]
-        losses = trainer.loss(render, view, trainer.model)
-        if not all(math.isfinite(float(v)) for v in losses.values()):
-            names.append(camera.name or str(int(batch["image_id"][index])))
+    """Names of the step's views whose own micro-batch's loss terms are not all finite: the step's
+    renders and losses as they were (``outputs.view_losses``), nothing rendered again."""
+    names: List[str] = []
+    for views, losses in outputs["view_losses"]:
+        if not all(math.isfinite(float(v.detach())) for v in losses.values()):
+            names += views
     return names
