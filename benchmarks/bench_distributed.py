@@ -228,7 +228,7 @@ def time_exchanges(ctx) -> List[List[float]]:
 def summary(run: Dict[str, Any], block: int) -> Dict[str, float]:
     """Mean milliseconds per step over the steps that did not start a turn (the step, render + loss +
     backward, the exchange, the rest) and views per second; also views per second from the median
-    step of each turn (less sensitive to other load on the machine than the mean)."""
+    step of each block (less sensitive to other load on the machine than the mean)."""
     rows = [row for row in run["rows"] if not row[6]]
     step, render, comm = (1000.0 * statistics.fmean(row[i] for row in rows) for i in (3, 4, 5))
     turns: Dict[int, List[float]] = {}
@@ -259,13 +259,13 @@ def report(ranks: List[Dict[str, Any]], steps: int, views: int, block: int, star
     order = [DUAL, ONE_BUCKET, "1 rank x 2 threads", "1 rank x 1 thread"]
     figures = {name: summary(runs[name], block) for name in order}
     print(f"demo scene, steps {start + 1}-{start + steps}, {views} views per step, {os.cpu_count()} cores; the runs "
-          f"take turns {block} steps at a time (the first step of each turn is left out)")
+          f"alternate in blocks of {block} steps (the first step of each block is left out)")
     print(f"{'run (ms per step)':<32} {'views/s':>8} {'step':>7} {'render+bwd':>11} {'exchange':>9} {'rest':>6} "
           f"{'PSNR':>7} {'gaussians':>10}")
     for name, f in figures.items():
         print(f"{name:<32} {f['views_per_second']:>8.1f} {f['step']:>7.2f} {f['render']:>11.2f} {f['comm']:>9.2f} "
               f"{f['rest']:>6.2f} {runs[name]['psnr']:>7.2f} {runs[name]['gaussians']:>10,}")
-    for key, what in (("views_per_second", "mean step"), ("median_views_per_second", "median step of each turn")):
+    for key, what in (("views_per_second", "mean step"), ("median_views_per_second", "median step of each block")):
         rate = {name: f[key] for name, f in figures.items()}
         print(f"views per second ({what}), 2 ranks x 1 thread / 1 rank x 2 threads: "
               f"{rate[DUAL] / rate['1 rank x 2 threads']:.3f} (one bucket after the backward pass: "

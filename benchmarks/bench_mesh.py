@@ -48,7 +48,7 @@ from splattrain.mesh.files import MeshArrays, read_mesh_ply  # noqa: E402
 PHOTOMETRIC = "{type: l1, weight: 0.8}, {type: dssim, weight: 0.2}"
 DISTORTION = "{type: depth_distortion, weight: 10, start_step: 500}"
 NORMALS = "{type: normal_consistency, weight: 0.05, start_step: 500}"
-RUNS = {"baseline": [], "distortion": [DISTORTION], "normals": [NORMALS], "both": [DISTORTION, NORMALS]}
+RUNS = {"plain": [], "distortion": [DISTORTION], "normals": [NORMALS], "both": [DISTORTION, NORMALS]}
 MESH_SAMPLES = 1_000_000
 #: Rays per pixel side for the true surface points: 4 x 4 rays a pixel put them about 5 mm apart
 #: (the demo's pixels span about 2 cm at the scene's centre), so that the distance from a mesh
