@@ -100,6 +100,28 @@ class RunSchedule:
         return step == self.max_steps or periodic
 
 
+@dataclass(frozen=True)
+class StepClock:
+    """The engine's clock as of the last timed step (``trainer.clock``): every reading of step time
+    hooks, the log and the viewer show. A step is timed from the end of the one before (its
+    ``after_train_iter`` hooks included) up to its own ``after_train_iter``; time outside the
+    steps (validation and checkpoints between them, pauses) is left out. A new reading replaces
+    it at each step, just before ``after_train_iter``; before the first step every value is 0."""
+
+    step: int = 0  #: the step these readings are of
+    step_seconds: float = 0.0  #: the step's wall time, pauses left out
+    data_seconds: float = 0.0  #: of which getting the step's batch
+    mean_step_seconds: float = 0.0  #: running mean of ``step_seconds`` (0.9 old + 0.1 new)
+    eta_seconds: float = 0.0  #: ``mean_step_seconds`` times the steps left to ``max_steps``
+    timed_steps: int = 0  #: steps timed since the run (or its resume) started
+    timed_seconds: float = 0.0  #: their ``step_seconds`` summed (a mean over any span: differences)
+
+    @property
+    def steps_per_second(self) -> float:
+        """``1 / mean_step_seconds`` (0 before the first step)."""
+        return 1.0 / self.mean_step_seconds if self.mean_step_seconds > 0 else 0.0
+
+
 #: Called with ``sources`` (LongTensor [N_new]: the old row of each new row, -1 for a new Gaussian)
 #: and the parameters after a densification or removal changed the rows.
 GaussiansMoved = Callable[[torch.Tensor, Dict[str, torch.Tensor]], None]
@@ -159,6 +181,13 @@ class Trainer(Protocol):
     val_per_view: List[Dict[str, Any]]  #: the last validation's per-view scores
     runtime_info: Dict[str, Any]  #: readings hooks publish for the log (``time/step``, ``grad_norm/before``)
     train_seconds: float  #: time spent in training steps so far (pauses left out)
+    clock: StepClock  #: the step times of the last step (data, step, running mean, ETA)
+
+    @property
+    def loss_average(self) -> Optional[Tensor]:
+        """The EMA of the steps' weighted loss (``trainer.loss_ema`` of the old value, 0.6 by default)
+        as a copy of the 0-d float32 tensor the engine keeps on the loss's device (None before the
+        first step); ``float()`` of it is the one read back to the host. Checkpointed with the run."""
 
     @property
     def rank(self) -> int: ...

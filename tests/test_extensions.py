@@ -20,7 +20,7 @@ def test_example_extensions_config_runs(tmp_path, monkeypatch):
     )
     trainer = DefaultTrainer(cfg, console=Console(quiet=True), config_dir=REPO / "configs")
     assert [type(h).__name__ for h in trainer.hooks.hooks] == [
-        "LogHook", "OpacityStatsHook", "CheckPointHook", "IterTimerHook", "AutoCheckpointHook"]
+        "IterTimerHook", "LogHook", "OpacityStatsHook", "CheckPointHook", "AutoCheckpointHook"]
     trainer.train()
     with open(tmp_path / "run" / "scalars.csv", newline="") as handle:
         rows = list(csv.reader(handle))

@@ -227,6 +227,9 @@ def test_pause_and_viewer_renders_leave_the_run_bit_identical(tmp_path):
     assert status["step"] == 25 and not status["paused"] and status["gaussians"] == watched.model.num_gaussians
     assert status["clients"] == 0 and status["url"].startswith("http://127.0.0.1:")
     assert math.isfinite(status["ema_loss"])
+    # the engine's readings: the loss average the log writes, the step rate of its clock
+    assert status["ema_loss"] == float(watched.loss_average)
+    assert status["steps_per_second"] == watched.clock.steps_per_second > 0
 
 
 def test_save_checkpoint_request_saves_between_steps(tmp_path):

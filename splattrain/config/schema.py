@@ -41,6 +41,7 @@ class TrainerConfig:
     # auto: time every hook, a table at the end only when hooks took over 5% of the training steps;
     # summary: always that table; off: no timing (true / false from older configs: summary / off)
     hook_timing: str = "auto"
+    loss_ema: float = 0.6  # the loss average the log and the viewer show: loss_ema * old + (1 - loss_ema) * new
     batch_size: int = 1  # views rendered together per step (their images must share one size)
     resolution: ResolutionConfig = field(default_factory=ResolutionConfig)  # coarse-to-fine training
     render_depth: bool = False  # training renders also give RenderResult.depth (validation always does)

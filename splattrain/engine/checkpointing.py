@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Protocol, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Tuple
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -22,6 +22,7 @@ from ..model.gaussians import GaussianModel
 from ..optim import build_optimizers, build_schedulers
 from ..render.base import Renderer
 from ..view_opt import ViewCorrections
+from .clock import LossAverage
 from .setup import rng_states, set_rng_states
 from .shadow import ShadowWeights
 
@@ -47,6 +48,7 @@ class TrainingState(Protocol):
     last_metrics: Dict[str, Any]
     hooks: HookDispatcher
     shadow: ShadowWeights
+    loss_ema: LossAverage
 
 
 @dataclass
@@ -80,6 +82,7 @@ def capture(run: TrainingState, step: int, rng: Mapping[str, Any] | None = None)
         "global_views": run.data.views * run.data.world_size,  # views per step over all ranks
         "rng": {**rng_states(), **(rng or {})},
         "train_seconds": run.train_seconds,
+        "loss_average": run.loss_ema.value,  # the loss EMA the log shows (read back here only)
         "last_metrics": run.last_metrics,
         "hooks": {h.state_key: state for h in run.hooks.hooks if (state := h.state_dict())},
     }
@@ -128,6 +131,7 @@ def restore(run: TrainingState, path: Path, checkpoint: Dict[str, Any], info: Me
         warn(f"the checkpoint trained on {saved_views} views per step over all ranks, this run on {views} "
              "(trainer.batch_size x optim.accumulate_steps x ranks): the view order continues differently")
     set_rng_states(checkpoint["rng"])
+    run.loss_ema.restore(_loss_average(checkpoint))
     step = int(checkpoint["step"])
     for scheduler in schedulers:
         scheduler.step(step)
@@ -162,6 +166,15 @@ def restore_renderer(renderer: Renderer, checkpoint: Mapping[str, Any], path: Pa
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
         raise CheckpointError(f"checkpoint '{path}': the renderer state does not fit renderer "
                               f"{type(renderer).__name__} ({type(err).__name__}: {err})") from None
+
+
+def _loss_average(checkpoint: Mapping[str, Any]) -> Optional[float]:
+    """The checkpoint's loss EMA; a checkpoint from before the engine kept it has LogHook's."""
+    if "loss_average" in checkpoint:
+        return checkpoint["loss_average"]
+    logged = checkpoint.get("hooks", {}).get("logger")
+    value = logged.get("ema_loss") if isinstance(logged, Mapping) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _to_device(value: Any, device: torch.device) -> Any:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -18,7 +17,7 @@ from ..distributed import DistContext, RankConsole
 from ..errors import ConfigError, UserError
 from ..hooks.base import Hook
 from ..hooks.dispatch import HookDispatcher
-from ..protocol import StepOutputs, StrategyContext
+from ..protocol import StepClock, StepOutputs, StrategyContext
 from ..metrics import Evaluator, mean_metrics, psnr
 from ..optim import clear_grads, step_optimizers
 from ..registry import TRAINERS
@@ -31,6 +30,7 @@ from .replicas import check_replicas
 from .run_config import prepare_config
 from .row_edits import RowEdits
 from .run_folder import RunFolder
+from .clock import LossAverage, Stopwatch
 from .setup import resolve_device, seed_everything
 from .shadow import ShadowWeights
 from .steering import SteeringCalls
@@ -94,17 +94,33 @@ class DefaultTrainer(SteeringCalls):
         self.runtime_info: Dict[str, Any] = {}
         self.last_metrics: Dict[str, Any] = {}
         self.val_per_view: List[Dict[str, Any]] = []
-        self.train_seconds = 0.0
+        self.stopwatch = Stopwatch()  #: the one clock of the steps (``clock``, ``train_seconds``)
+        self.loss_ema = LossAverage(cfg.trainer.loss_ema)  #: the one average of the loss (``loss_average``)
         #: The last step whose update is applied, the step the run (or its resume) started at, and the
         #: data position and RNG states before the running step: what a rescue checkpoint needs.
         self.completed_step = self.start_step = 0
         self.state_before_step: Optional[Dict[str, Any]] = None
         self.requests = StepRequests()  #: what hooks asked during the running step
         self.stopped: Optional[Dict[str, Any]] = None  #: ``{step, reason}`` once a requested stop ended the run
-        self._paused_in_step = 0.0  # seconds the running step spent paused
         self._failed = False  # once the run failed: no collective exchange (the other ranks may be gone)
         self._checked: set = set()  # the plugins whose check passed
         self.check_plugins()
+
+    # -- readings (the Trainer protocol) ------------------------------------------------
+    @property
+    def clock(self) -> StepClock:
+        """The step times of the last step (see :class:`~splattrain.protocol.StepClock`)."""
+        return self.stopwatch.reading
+
+    @property
+    def train_seconds(self) -> float:
+        """Time spent in training steps so far, pauses left out (a resumed run's included)."""
+        return self.stopwatch.total_seconds
+
+    @property
+    def loss_average(self) -> Optional[torch.Tensor]:
+        """A copy of the loss EMA on the loss's device (None before the first step)."""
+        return self.loss_ema.tensor
 
     # -- steering (the Trainer protocol; the calls that only delegate are SteeringCalls') ------
     @property
@@ -148,12 +164,12 @@ class DefaultTrainer(SteeringCalls):
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """Pause the run: hooks hear ``on_pause``; the time is left out of ``train_seconds``."""
-        started = time.perf_counter()
+        self.stopwatch.pause()
         self.call_hook("on_pause", True)
         try:
             yield
         finally:
-            self._paused_in_step += time.perf_counter() - started
+            self.stopwatch.resume()
             self.call_hook("on_pause", False)
 
     def check_plugins(self) -> None:
@@ -226,9 +242,9 @@ class DefaultTrainer(SteeringCalls):
             self._carry_out_pause()
             for step in range(self.step + 1, self.max_steps + 1):
                 self.step = step
-                started, self._paused_in_step = time.perf_counter(), 0.0
+                self.stopwatch.start_step()
                 self.train_step(step)
-                self.train_seconds += time.perf_counter() - started - self._paused_in_step
+                self.stopwatch.end_step()
                 self._act_on_signals(*signals.after_step(self.dist))  # on every rank alike
                 validated = self.schedule.validates_at(step)
                 if validated:
@@ -326,6 +342,7 @@ class DefaultTrainer(SteeringCalls):
         if self.resolution is not None:
             self._follow_resolution(step)
         batch = self.data.next_train(step)
+        self.stopwatch.data_ready()
         self.call_hook("before_train_iter", step, batch)
         schedule = self.schedule
         sh_degree = schedule.sh_degree_at(step)
@@ -365,6 +382,8 @@ class DefaultTrainer(SteeringCalls):
         for scheduler in self.schedulers:
             scheduler.step(step)
         self.completed_step = step  # the state is now step ``step``'s, whatever a hook does next
+        self.loss_ema.update(outputs.losses["loss"])
+        self.stopwatch.lap(step, self.max_steps)  # what after_train_iter hooks read as trainer.clock
         self.call_hook("after_train_iter", step, batch, outputs)
         return outputs
 
@@ -483,7 +502,8 @@ class DefaultTrainer(SteeringCalls):
         """Load a checkpoint's state into the model, optimizers, strategy, data order, RNGs and hooks."""
         restored = checkpointing.restore(self, path, checkpoint, self.console.info, self.console.warning)
         self.step, self.optimizers, self.schedulers = restored.step, restored.optimizers, restored.schedulers
-        self.strategy_state, self.train_seconds = restored.strategy_state, restored.train_seconds
+        self.strategy_state = restored.strategy_state
+        self.stopwatch.restore(restored.train_seconds)
         self.last_metrics = restored.last_metrics
         self.strategy.restored_statistics(self.strategy_state)
 

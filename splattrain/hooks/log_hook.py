@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import time
 from typing import Any, Dict, Optional
 
 import torch
 
 from ..console import ProgressLogger, validation_table
+from ..errors import ConfigError
 from ..registry import HOOKS
 from ..steps import Steps
 from ..writers.grids import validation_grid
@@ -63,10 +63,11 @@ class LogHook(Hook):
     """Progress bar or lines, validation report; scalars, image grids and histograms to the writers.
 
     Every ``interval`` steps (the log interval, config ``default_hooks.logger.interval``)
-    it reads the step's values back from the device in one copy (never in between: the EMA loss
-    and other hooks' tensors in ``trainer.runtime_info`` stay on the device) and writes train/loss (the
-    weighted sum), loss/<term> (each term, unweighted), train/ema_loss, train/num_gaussians, train/sh_degree,
-    lr/<group> for every optimizer, time/step_ms, memory/* and whatever other hooks put in
+    it reads the step's values back from the device in one copy (never in between: the engine's
+    loss average and other hooks' tensors in ``trainer.runtime_info`` stay on the device) and writes
+    train/loss (the weighted sum), loss/<term> (each term, unweighted), train/ema_loss (the engine's
+    ``trainer.loss_average``), train/num_gaussians, train/sh_degree, lr/<group> for every optimizer,
+    time/step_ms (the mean of ``trainer.clock``'s step times since the last log), memory/* and whatever other hooks put in
     ``trainer.runtime_info``, and prints a plain progress line when the terminal is not
     interactive. The bar and the lines show ``ema_loss``, ``gaussians``, ``lr/means`` (the
     positions' learning rate; the first group's when there is no ``means``) and the last
@@ -79,7 +80,8 @@ class LogHook(Hook):
 
     Args:
         interval: log every N steps.
-        ema: weight of the previous EMA loss (EMA = ema * old + (1 - ema) * new).
+        ema: no longer an option: the loss average is the engine's, weighted by ``trainer.loss_ema``;
+            a config that sets it is refused, naming that key.
         num_val_images: how many test views per validation go to the writers as grids.
         report_views: how many views (worst first) the validation table lists.
         error_scale: mean absolute error drawn white in the error heat map.
@@ -90,47 +92,42 @@ class LogHook(Hook):
     def __init__(
         self,
         interval: Steps = 50,
-        ema: float = 0.6,
+        ema: Optional[float] = None,
         num_val_images: int = 4,
         report_views: int = 10,
         error_scale: float = 0.2,
     ) -> None:
         super().__init__()
+        if ema is not None:
+            raise ConfigError(f"LogHook ema {ema!r}: the loss average is the engine's, weighted by trainer.loss_ema; "
+                              "set that instead")
         self.interval = interval
-        self.ema = ema
         self.num_val_images = num_val_images
         self.report_views = report_views
         self.error_scale = error_scale
-        self.ema_loss: Optional[float] = None  # as last read back from the device
-        self._ema_tensor: Optional[torch.Tensor] = None
+        self.ema_loss: Optional[float] = None  # the engine's loss average, as last read back from the device
         self._fields: Optional[Dict[str, Any]] = None
         self.previous_val: Dict[str, float] = {}
         self._progress: Optional[ProgressLogger] = None
-        self._step_started = 0.0
-        self._timed_seconds = 0.0
-        self._timed_steps = 0
+        self._logged_clock = (0, 0.0)  # trainer.clock's timed_steps and timed_seconds at the last log
 
     def before_train(self, trainer) -> None:
         self._progress = ProgressLogger(trainer.console, trainer.max_steps, start=trainer.step, interval=self.interval)
         self._progress.__enter__()
 
-    def before_train_iter(self, trainer, step: int, batch: Dict[str, Any]) -> None:
-        self._step_started = time.perf_counter()
-
     def after_train_iter(self, trainer, step: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
-        self._timed_seconds += time.perf_counter() - self._step_started
-        self._timed_steps += 1
         losses = {name: value.detach() for name, value in outputs["losses"].items()}
-        self._update_ema(losses["loss"])
         due = self.every_n_steps(trainer, self.interval) or self.is_last_step(trainer)
         lrs = trainer.learning_rates()
         runtime_info = trainer.runtime_info  # what other hooks measured
         if due or self._fields is None:
             # The only device-to-host read of the step's values, once per log interval (and on
             # the first step, for the progress display): running values stay on the device.
-            values = self._read({**{f"loss/{k}": v for k, v in losses.items()}, "ema": self._ema_tensor,
+            average = trainer.loss_average
+            values = self._read({**{f"loss/{k}": v for k, v in losses.items()},
+                                 **({"ema": average} if average is not None else {}),
                                  **{k: v for k, v in runtime_info.items() if isinstance(v, torch.Tensor)}})
-            self.ema_loss = values.pop("ema")
+            self.ema_loss = values.pop("ema", None)
             self._fields = {"ema_loss": self.ema_loss, "gaussians": trainer.model.num_gaussians,
                             **_shown_lr(lrs), **_shown_validation(trainer.last_metrics)}
         if self._progress is not None:
@@ -141,11 +138,10 @@ class LogHook(Hook):
             scalars["train/num_gaussians"] = trainer.model.num_gaussians
             scalars["train/sh_degree"] = outputs["sh_degree"]
             scalars.update({f"lr/{name}": lr for name, lr in lrs.items()})
-            scalars["time/step_ms"] = 1000.0 * self._timed_seconds / max(1, self._timed_steps)
+            scalars["time/step_ms"] = self._mean_step_ms(trainer.clock)
             scalars.update(memory_scalars(trainer.device))
             scalars.update({k: v for k, v in runtime_info.items() if isinstance(v, (int, float))})
             scalars.update({k: v for k, v in values.items() if not k.startswith("loss/")})
-            self._timed_seconds, self._timed_steps = 0.0, 0
             trainer.writers.write_scalars(scalars, step)
 
     def on_pause(self, trainer, paused: bool) -> None:
@@ -153,14 +149,13 @@ class LogHook(Hook):
         if self._progress is not None:
             self._progress.set_paused(paused, trainer.step)
 
-    def _update_ema(self, loss: torch.Tensor) -> None:
-        """EMA = ema * old + (1 - ema) * new, on the loss's device (no host read)."""
-        if self._ema_tensor is None:
-            self._ema_tensor = loss.float().clone() if self.ema_loss is None else \
-                torch.full((), self.ema_loss, dtype=torch.float32, device=loss.device)  # restored from a checkpoint
-            if self.ema_loss is None:
-                return
-        self._ema_tensor.mul_(self.ema).add_(loss.float(), alpha=1.0 - self.ema)
+    def _mean_step_ms(self, clock: Any) -> float:
+        """The mean of the engine's step times since the last log, in ms."""
+        steps, seconds = self._logged_clock
+        self._logged_clock = (clock.timed_steps, clock.timed_seconds)
+        if clock.timed_steps < steps:  # the clock started again (a resume in the same process)
+            steps, seconds = 0, 0.0
+        return 1000.0 * (clock.timed_seconds - seconds) / max(1, clock.timed_steps - steps)
 
     @staticmethod
     def _read(tensors: Dict[str, torch.Tensor]) -> Dict[str, float]:
@@ -216,16 +211,12 @@ class LogHook(Hook):
             self._progress = None
 
     def state_dict(self) -> Dict[str, Any]:
-        state: Dict[str, Any] = {}
-        if self._ema_tensor is not None:  # read back at checkpoints only
-            self.ema_loss = float(self._ema_tensor)
-        if self.ema_loss is not None:
-            state["ema_loss"] = self.ema_loss
+        state: Dict[str, Any] = {}  # the loss average is the engine's (checkpointed by it)
         if self.previous_val:
             state["previous_val"] = dict(self.previous_val)
         return state
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
+        # ``ema_loss``: older checkpoints kept the loss average here; checked, the engine reads it
         self.ema_loss = state_values.number(state, "ema_loss", None, optional=True)
-        self._ema_tensor = None
         self.previous_val = state_values.number_map(state, "previous_val", {})

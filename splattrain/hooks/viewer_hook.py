@@ -43,7 +43,7 @@ class ViewerHook(Hook):
             the same browser is refused).
     """
 
-    priority = 97  # after the checkpoint and timer hooks
+    priority = 97  # after the checkpoint hooks
 
     def __init__(self, port: int = 8080, host: str = "127.0.0.1", resolution: int = 512, train_share: float = 0.9,
                  render_mode: str = "rgb", refresh: float = 10.0, cameras: bool = True,
@@ -79,10 +79,8 @@ class ViewerHook(Hook):
         self.server = None
         self.service = None
         self.budget = None
-        self.ema_loss: Optional[float] = None
-        self.steps_per_second = 0.0
         self.paused_seconds = 0.0
-        self._last_end: Optional[float] = None
+        self._rendered = 0.0  # seconds of viewer renders in the last step (the engine's clock counts them)
         self._last_stats = 0.0
         self._trainer = None
 
@@ -106,31 +104,25 @@ class ViewerHook(Hook):
             self.server.set_paused(True)
 
     def before_train(self, trainer) -> None:
-        self._last_end = time.perf_counter()
         self._update_stats(trainer, force=True)
         if self.server is not None and self.server.paused:
             self._ask_pause(trainer)
 
     def after_train_iter(self, trainer, step: int, batch: Dict[str, Any], outputs: Dict[str, Any]) -> None:
         server = self.server
-        now = time.perf_counter()
-        elapsed = now - self._last_end if self._last_end is not None else 0.0
         self.budget.share = server.settings.train_share
-        self.budget.earn(elapsed)
-        if elapsed > 0:
-            rate = 1.0 / elapsed
-            self.steps_per_second = rate if self.steps_per_second == 0 else 0.9 * self.steps_per_second + 0.1 * rate
-        loss = outputs["losses"]["loss"].item()
-        self.ema_loss = loss if self.ema_loss is None else 0.9 * self.ema_loss + 0.1 * loss
+        # training earns render time: the engine's step time, less this hook's renders it holds
+        self.budget.earn(max(0.0, trainer.clock.step_seconds - self._rendered))
+        self._rendered = 0.0
         if server.save_requested and server.take_save_request():
             self._ask_save(trainer)
         if server.num_clients:
             if self.budget.available:
-                self.budget.spend(self.service.serve_one(trainer.model, outputs["sh_degree"], server.settings.refresh))
+                self._rendered = self.service.serve_one(trainer.model, outputs["sh_degree"], server.settings.refresh)
+                self.budget.spend(self._rendered)
             self._update_stats(trainer)
         if server.paused:
             self._ask_pause(trainer, outputs["sh_degree"])
-        self._last_end = time.perf_counter()
 
     def after_val(self, trainer, metrics: Dict[str, Any]) -> None:
         self._update_stats(trainer, force=True)
@@ -188,17 +180,19 @@ class ViewerHook(Hook):
 
     # -- stats -------------------------------------------------------------------------------
     def status(self) -> Dict[str, Any]:
-        """What the stats panel shows: step, max_steps, paused, gaussians, ema_loss, psnr,
-        steps_per_second, clients, url."""
+        """What the stats panel shows: step, max_steps, paused, gaussians, ema_loss (the engine's
+        ``trainer.loss_average``, read back here), psnr, steps_per_second (from ``trainer.clock``),
+        clients, url."""
         trainer = self._trainer
+        average = trainer.loss_average if trainer else None
         return {
             "step": trainer.step if trainer else 0,
             "max_steps": trainer.max_steps if trainer else 0,
             "paused": bool(self.server and self.server.paused),
             "gaussians": trainer.model.num_gaussians if trainer else 0,
-            "ema_loss": self.ema_loss,
+            "ema_loss": float(average) if average is not None else None,
             "psnr": trainer.last_metrics.get("psnr") if trainer else None,
-            "steps_per_second": self.steps_per_second,
+            "steps_per_second": trainer.clock.steps_per_second if trainer else 0.0,
             "clients": self.server.num_clients if self.server else 0,
             "url": self.server.url if self.server else None,
         }
