@@ -7,7 +7,7 @@ timing steps or averaging the loss themselves.
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
@@ -24,7 +24,7 @@ class Stopwatch:
     :meth:`end_step`, pauses left out); :meth:`lap` just before a step's ``after_train_iter``
     closes that step's reading, which covers what ran since the last lap."""
 
-    def __init__(self, clock: Any = time.perf_counter) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self._now = clock
         self.total_seconds = 0.0  #: running time of every step so far (a resumed run's included)
         self.reading = StepClock()
