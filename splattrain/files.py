@@ -104,7 +104,12 @@ class OutputFolder:
 
     def folder(self, *parts: str) -> Path:
         """The folder ``parts`` below this one, made level by level (each level checked)."""
-        self.base.mkdir(parents=True, exist_ok=True)
+        try:
+            self.base.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):  # a file where the folder (or one above it) should be
+            blocker = next((p for p in (self.base, *self.base.parents) if p.exists() and not p.is_dir()), self.base)
+            raise NotARegularFileError(f"not a directory: '{blocker}' is a file where a folder of "
+                                       f"'{self.base}' should be; move it, or choose another place with --out") from None
         for level in self._levels(Path(*parts) if parts else Path()):
             check_folder_level(level)
             try:

@@ -29,13 +29,14 @@ custom_hooks:
 
 STEERING_MODULE = '''
 from splattrain import HOOKS, Hook
+from splattrain.steps import Steps
 
 
 @HOOKS.register(force=True)
 class SteeringHook(Hook):
     """Requests a validation, a checkpoint and a stop at given steps, on one rank or all."""
 
-    def __init__(self, validate_at: int = 0, save_at: int = 0, stop_at: int = 0, rank: int = -1) -> None:
+    def __init__(self, validate_at: Steps = 0, save_at: Steps = 0, stop_at: Steps = 0, rank: int = -1) -> None:
         super().__init__()
         self.validate_at, self.save_at, self.stop_at, self.rank = validate_at, save_at, stop_at, rank
         self.validated = []

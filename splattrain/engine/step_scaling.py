@@ -50,8 +50,10 @@ def scale_steps(cfg: DictConfig, explicit: Sequence[str] = ()) -> List[str]:
     how = _describe_factor(cfg)
     keep = _Explicit(explicit)
     changes: List[Change] = []
+    # every hook checks its options here, whether the run is scaled or not and wherever they were
+    # given (a file, a base, the command line); nothing is written yet
+    hooks = _hook_changes(cfg, run, window, keep)
     if run != 1.0 or window != 1.0:
-        hooks = _hook_changes(cfg, run, window, keep)  # each hook checks its options here; nothing is written yet
         with open_dict(cfg):
             for section, schema in (("trainer", TrainerConfig), ("model", ModelConfig)):
                 for field in dataclasses.fields(schema):
