@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import shlex
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -18,7 +18,7 @@ from ..errors import ConfigError, UserError
 from ..hooks.base import Hook
 from ..hooks.dispatch import HookDispatcher
 from ..protocol import StepClock, StepOutputs, StrategyContext
-from ..metrics import Evaluator, mean_metrics, psnr
+from ..metrics import Evaluator
 from ..optim import clear_grads, step_optimizers
 from ..registry import TRAINERS
 from ..writers import WriterGroup, build_writers
@@ -33,21 +33,22 @@ from .run_folder import RunFolder
 from .clock import LossAverage, Stopwatch
 from .setup import resolve_device, seed_everything
 from .shadow import ShadowWeights
+from .carry_out import CarryingOut
+from .failures import FailureHandling
 from .steering import SteeringCalls
-
-#: Training views scored for ``train_psnr`` at most, when validation uses the test views.
-TRAIN_VIEWS_SCORED = 8
-
+from .validation import Validation
 
 @TRAINERS.register("DefaultTrainer")
-class DefaultTrainer(SteeringCalls):
+class DefaultTrainer(SteeringCalls, CarryingOut, Validation, FailureHandling):
     """Trains a Gaussian scene from a resolved config, calling hooks at every point.
 
     Build it with a config from :func:`splattrain.engine.load_config` (``scaled``: the lines
     :func:`~splattrain.engine.load_run_config` gave), then call :meth:`train`.
     What hooks and plugins may read and call is the :class:`~splattrain.protocol.Trainer`
-    protocol; every attribute is assigned here and nowhere else. ``resume_command`` is the command
-    line that resumes the run (shown when it stops).
+    protocol; every attribute is assigned by this class (carrying out hooks' requests, validation
+    and the handling of signals and failures are its :class:`CarryingOut`, :class:`Validation` and
+    :class:`FailureHandling` parts, each in a module of its own) and nowhere else. ``resume_command`` is the command line that resumes
+    the run (shown when it stops).
     """
 
     def __init__(self, cfg: DictConfig, console: Optional[Console] = None, config_dir: Optional[Path] = None,
@@ -284,53 +285,6 @@ class DefaultTrainer(SteeringCalls):
         gaussians = self.model.num_gaussians if resumed is None else int(resumed[1]["gaussians"]["means"].shape[0])
         run_report.print_header(self, gaussians)
 
-    def _finish_restored_step(self) -> None:
-        """A checkpoint holds its step after that step's validation; one saved before it (a stop
-        signal in the step) gets the validation now, so the run goes on as the straight one."""
-        if self.step >= self.max_steps:
-            self.console.warning(f"the checkpoint is at step {self.step}; trainer.max_steps is {self.max_steps}, nothing to train")
-        due = self.step > 0 and self.schedule.validates_at(self.step)
-        if (due and self.last_metrics.get("step") != self.step) or self.cfg.trainer.val_on_resume:
-            self.validate()
-            self._save_requested(self.requests.agreed(self.dist)[2])
-
-    def _after_requests(self, step: int, validated: bool) -> bool:
-        """Act on the step's requests as the ranks agree on them (after the step's validation, so
-        a checkpoint holds what it changed); True when the run stops here."""
-        reason, validate, saves = self.requests.agreed(self.dist)
-        interval = self.replica_check_interval
-        if interval > 0 and step % interval == 0:
-            self._check_replicas(f"after step {step}")
-        if (validate or reason is not None) and not validated:
-            self.validate()  # its hooks may ask more (a best checkpoint, a stop)
-            later, _, more = self.requests.agreed(self.dist)
-            reason, saves = reason or later, {**saves, **more}
-        if reason is not None:
-            self.stopped = {"step": step, "reason": reason}
-            self.console.info(f"stopping after step {step}: {reason}")
-            saves.setdefault(None, 0)
-        self._save_requested(saves)
-        if reason is None:
-            self._carry_out_pause()
-        return reason is not None
-
-    def _save_requested(self, saves: Dict[Optional[str], int]) -> None:
-        """Write the checkpoints asked for: the step's first, then the named ones."""
-        for name in sorted(saves, key=lambda n: (n is not None, n or "")):
-            self.save_checkpoint(name, saves[name])
-
-    def _carry_out_pause(self) -> None:
-        """Hold the run while the pause asked for lasts (see :meth:`request_pause`)."""
-        wait = self.requests.take_pause()
-        if wait is None:
-            return
-        with self.paused():
-            while interrupts.pending() is None:
-                going_on = wait()
-                self._save_requested(self.requests.take_saves())
-                if not going_on:
-                    break
-
     def train_step(self, step: int) -> StepOutputs:
         """One optimisation step over ``trainer.batch_size`` x ``optim.accumulate_steps`` views,
         rendered ``batch_size`` at a time with their gradients summed; returns the outputs hooks saw.
@@ -420,56 +374,6 @@ class DefaultTrainer(SteeringCalls):
                             "Gaussian, nothing is left to train; relax its pruning settings (strategy.prune_opa); "
                             + self.run_folder.last_good_checkpoint())
 
-    @torch.no_grad()
-    def validate(self) -> Dict[str, Any]:
-        """Render every test view, score it, and return the mean metrics (``psnr``, ``ssim``, ...:
-        the test views'), with ``val_<metric>`` and ``train_psnr`` beside them (:meth:`_split_scores`)."""
-        if self.evaluator is None:
-            self.evaluator = self._evaluator()
-        sh_degree = self.schedule.sh_degree_at(self.step)
-        scored: List[tuple[int, Dict[str, Any]]] = []
-        with self.shadow.for_validation(self.model.params):  # a kept average is what is validated
-            self.call_hook("before_val")
-            for index, batch in enumerate(self.data.test_batches()):
-                if not self.dist.owns_view(index):  # several ranks share the test views
-                    continue
-                self.call_hook("before_val_iter", index, batch)
-                render = self.renderer.render(self.model, batch["camera"], sh_degree, self.background)
-                scores = self.evaluator(render.rgb, batch["image"], batch.get("mask"))
-                scored.append((index, {"view": batch["camera"][0].name, **scores}))
-                self.call_hook("after_val_iter", index, batch, {"render": render, "metrics": scores})
-                self._act_on_signals(*signals.between_views(self.dist))
-            per_view = self.dist.gather_views(scored)
-            metrics = {"step": self.step, **mean_metrics(per_view)}
-            metrics.update(self._split_scores(sh_degree, metrics))
-        self.val_per_view = per_view
-        self.last_metrics = metrics
-        self.call_hook("after_val", metrics)
-        self.writers.write_views(per_view, self.step)
-        return metrics
-
-    def _split_scores(self, sh_degree: int, test: Dict[str, Any]) -> Dict[str, Any]:
-        """``val_<metric>`` of the views ``data.val_split`` holds out (without one, the test views'
-        ``test`` scores) and ``train_psnr`` of as many training views (without a split, as many as
-        test views up to :data:`TRAIN_VIEWS_SCORED`), spread over them, rendered with their learned
-        view corrections."""
-        data, evaluator = self.data, self.evaluator
-        val = test
-        if data.val_frames:
-            val = mean_metrics(self.dist.gather_views([
-                (index, evaluator(self.renderer.render(self.model, batch["camera"], sh_degree, self.background).rgb,
-                                  batch["image"], batch.get("mask")))
-                for index, batch in enumerate(data.val_batches()) if self.dist.owns_view(index)]))
-        count = max(1, len(data.val_frames) or min(len(data.test_frames), TRAIN_VIEWS_SCORED))
-        train = []
-        for index, batch in enumerate(data.train_view_batches(count)):
-            if self.dist.owns_view(index):
-                render = self.renderer.render(self.model, self.view_opt.cameras(batch), sh_degree, self.background)
-                train.append((index, {"psnr": psnr(self.view_opt.colors(render.rgb, batch), batch["image"],
-                                                   batch.get("mask"))}))
-        scores = {f"val_{key}": val.get(key) for key in ("psnr", "cc_psnr", "ssim", "lpips")}
-        return {**scores, "train_psnr": mean_metrics(self.dist.gather_views(train))["psnr"]}
-
     # -- checkpoints ----------------------------------------------------------------
     def checkpoint_state(self, step: Optional[int] = None) -> Dict[str, Any]:
         """Everything needed to continue this run after ``step`` (default: the current step);
@@ -516,54 +420,3 @@ class DefaultTrainer(SteeringCalls):
         if checkpoint:
             self.strategy.sync_statistics(self.strategy_state)
             self.strategy.release_statistics(self.strategy_state)
-
-    def _evaluator(self, required: Sequence[Tuple[str, str]] = ()) -> Evaluator:
-        metrics = self.cfg.metrics
-        return Evaluator(metrics.lpips, metrics.lpips_net, self.device, self.console.warning, metrics.lpips_weights,
-                         metrics.lpips_download, self.console.transfer, required)
-
-    # -- signals and failures ---------------------------------------------------------
-    def _act_on_signals(self, stop: Optional[int], snapshot: bool, finished: bool = False) -> None:
-        """At a safe point: let hooks ask for a checkpoint (``on_signal``) and save it; then stop on
-        ``stop``, or go on after a snapshot."""
-        signum = stop or (interrupts.SNAPSHOT_SIGNAL if snapshot else None)
-        if signum is None:
-            return
-        pending = self.requests.saves.pop(None, None)  # asked during the step: saved after it, unless saved here
-        self.call_hook("on_signal", signum)
-        wanted = self.requests.take_checkpoint()
-        if pending is not None and not wanted:
-            self.requests.ask_checkpoint(None, pending)
-        last = self.checkpoint_dir / "last.pt"
-        if finished:  # the last step's checkpoint is the one to resume from
-            path = last if wanted and last.exists() else None
-        else:
-            path = self.save_checkpoint() if wanted else None
-        level, message = signals.describe(signum, bool(stop), self.step, path, finished, self.resume_hint)
-        (self.console.warning if level == "warning" else self.console.info)(message)
-        if stop:
-            raise interrupts.RunInterrupted(stop, path)
-
-    def _report_exception(self, error: BaseException) -> None:
-        failed_step = self.step
-        self._failed = True
-        self.shadow.swap_out(self.model.params)
-        try:
-            self.call_hook("on_exception", error)
-        except Exception as hook_error:  # keep the original error as the one raised
-            self.console.warning(f"while handling {type(error).__name__}: {hook_error}")
-        if self.cfg.trainer.rescue_checkpoint and not isinstance(error, interrupts.RunInterrupted):
-            try:
-                self._save_rescue(error, failed_step)
-            except Exception as save_error:
-                self.console.warning(f"could not save a rescue checkpoint ({type(save_error).__name__}: {save_error})")
-
-    def _save_rescue(self, error: BaseException, running: int) -> Optional[Path]:
-        """``ckpt/rescue_step_XXXXXX.pt`` of the last completed step (rank 0), when a step was
-        completed since the run (or its resume) started and the model holds Gaussians."""
-        completed = self.completed_step
-        if completed <= self.start_step or not self.is_main or self.model.num_gaussians == 0:
-            return None
-        checkpoint = self.checkpoint_state(step=completed)
-        return rescue.save(checkpoint, self.state_before_step if completed < running else None,
-                           self.run_folder.rescue_path(completed), error, self.console.warning, self.resume_hint)
