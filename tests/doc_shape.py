@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import List
 
-NOTEBOOK_WORDS = r"\b(?:turns?|rounds?|baseline|landed|farm-bench)\b"
+NOTEBOOK_WORDS = r"\b(?:turns?|rounds?|baseline|landed)\b"
 
 
 def benchmarks_page_problems(text: str) -> List[str]:

@@ -496,12 +496,12 @@ def test_docs_run_only_programs_a_user_has():
 
 
 def test_a_doc_running_a_program_nobody_ships_fails():
-    text = ("Measure it:\n\n    python benchmarks/bench_demo.py\n    farm-bench -n 3 --vs OTHER -- splattrain fit\n"
+    text = ("Measure it:\n\n    python benchmarks/bench_demo.py\n    benchpal -n 3 --vs OTHER -- splattrain fit\n"
             "    step 200/200  130.9 it/s\n\n```bash\nOMP_NUM_THREADS=1 python benchmarks/bench_cpu_stages.py --isa avx2\n"
             "cd benchmarks && timeit-pro run --runs 3\n```\n\nor `fit --dry-run`, `bench_startup.py --runs 3`, "
             "`hyperfine -w 1 'splattrain --help'`.\n")
     problems = doc_names.unknown_programs(text, "fake.md")
-    assert [p.split("runs `")[-1].split("`")[0] for p in problems] == ["farm-bench", "timeit-pro", "hyperfine"], problems
+    assert [p.split("runs `")[-1].split("`")[0] for p in problems] == ["benchpal", "timeit-pro", "hyperfine"], problems
     assert problems[0].startswith("fake.md:4:")
 
 
