@@ -21,7 +21,7 @@ from ..process.frames import FrameOptions, extract_frames
 from ..process.inputs import input_kind, list_images
 from ..process.layout import (DISTORTION_TOLERANCE_PX, OUTPUTS, needs_undistortion, staging_folder, write_downscaled,
                                write_scene)
-from ..process.lock import LOCK_NAME, OutputLock
+from ..process.lock import LOCK_NAME, OutputLock, refuse_if_held
 from ..process.options import DEFAULT_MAX_MEGAPIXELS
 from ..process.ownership import keep_only_own, record_work
 from ..process.photos import check_photos, describe_refused
@@ -163,6 +163,7 @@ def process(input_path: str, output_path: str, console: Console, sfm: SfmOptions
     kind = input_kind(src)
     camera, camera_model = pick_cameras(sfm.camera, sfm.camera_model, kind)
     sfm = replace(sfm, camera=camera, camera_model=camera_model)
+    refuse_if_held(out)  # a run in progress is named first: what it is writing fails the checks below
     inspect(src, out, ignore=(LOCK_NAME,))
     photos = list_images(src) if kind == "images" else None
     with _owned(src, out, console) as space:

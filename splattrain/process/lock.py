@@ -24,6 +24,31 @@ except ImportError:  # pragma: no cover - Windows: no lock
 LOCK_NAME = ".splattrain.lock"
 
 
+def _in_use(out: Path, fd: int) -> OutputFolderError:
+    holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "(unknown)"
+    return OutputFolderError(f"{out}: output folder in use by process {holder}, another splattrain process "
+                             f"(lock file {LOCK_NAME}); wait for it to end or give another output folder")
+
+
+def refuse_if_held(out: Path) -> None:
+    """OutputFolderError when another process holds ``out``'s lock; reads only (makes nothing), so
+    it can come before the checks of what the folder holds, which a running process is changing."""
+    if fcntl is None:  # pragma: no cover - Windows: no lock
+        return
+    try:
+        fd = os.open(out / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return  # no lock file (or a link, which acquire names)
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise _in_use(out, fd) from None
+    finally:
+        os.close(fd)
+
+
 class OutputLock:
     """The output folder's lock for the life of a run (:meth:`acquire`, then :meth:`release`)."""
 
@@ -52,11 +77,9 @@ class OutputLock:
                 if fcntl is not None:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "(unknown)"
+                error = _in_use(self.out, fd)
                 os.close(fd)
-                raise OutputFolderError(f"{self.out}: output folder in use by process {holder}, another "
-                                        f"splattrain process (lock file {LOCK_NAME}); wait for it to end or give "
-                                        "another output folder") from None
+                raise error from None
             if self._same_file(fd):  # not removed and made again by its last holder meanwhile
                 break
             os.close(fd)
