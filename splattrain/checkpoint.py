@@ -12,8 +12,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from .errors import UserError
+from .errors import CheckpointError
 from .io.atomic import atomic_torch_save
+from .io.torch_zip import check_torch_zip
 from .nested import walk_nested
 
 FORMAT = "splattrain-checkpoint/2"  # the payload is a uint8 tensor (in /1, bytes: pickled 50% larger and 20x slower)
@@ -29,10 +30,6 @@ INCOMPATIBLE_KEYS = (
     "data.type", "data.path", "data.downscale", "data.test_split", "data.test_every", "data.test_images",
     "data.normalize", "data.masks", "data.depths", "data.val_split", "model.sh_degree", "strategy.type",
 )
-
-
-class CheckpointError(UserError):
-    """A checkpoint is missing, truncated, corrupted or does not fit the run."""
 
 
 def save_checkpoint_file(state: Dict[str, Any], path: str | Path) -> None:
@@ -85,19 +82,6 @@ def _check_zip(source: Any, size: int, path: Path, what: str, header: bool) -> b
             if len(pickles) != 1 or _MARKER not in archive.open(pickles[0]).read(_HEADER_START):
                 raise CheckpointError(f"'{path}' is not a splattrain checkpoint (no '{FORMAT}' header)")
     return True
-
-
-def check_torch_zip(archive: zipfile.ZipFile, size: int, name: str, why_stored: str) -> None:
-    """Refuse (CheckpointError starting with ``name``) a torch zip of ``size`` bytes that loading
-    would inflate beyond its size: a compressed member (``why_stored`` says why members are
-    stored), or members declaring more bytes than the file holds. Reads the zip directory only."""
-    members = archive.infolist()
-    for member in members:
-        if member.compress_type != zipfile.ZIP_STORED:
-            raise CheckpointError(f"{name} has a compressed member '{member.filename}' ({why_stored})")
-    declared = sum(member.file_size for member in members)
-    if declared > size:
-        raise CheckpointError(f"{name} declares {declared} bytes in a {size}-byte file (truncated or corrupted)")
 
 
 def has_checkpoint_header(path: Path) -> bool:

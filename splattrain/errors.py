@@ -18,6 +18,11 @@ class DataError(UserError):
     """A dataset folder or file cannot be used."""
 
 
+class CheckpointError(UserError):
+    """A checkpoint (or a weight file checked as one) is missing, truncated, corrupted or does not
+    fit the run."""
+
+
 def describe_os_error(error: OSError) -> str:
     """One line for a failed file operation, naming the file: what the command line prints."""
     import errno as codes

@@ -7,7 +7,7 @@ in :data:`SOURCES`. torchvision names its files after the first 8 hex digits of 
 (``alexnet-owt-7be5be79.pth``) and checks only those; the full digests are those of the files
 as served, and the linear layers' are those of the same files in the lpips 0.1.4 wheel on
 PyPI. Before either file is loaded, wherever it was found, it passes the archive checks a
-checkpoint gets (:func:`~splattrain.checkpoint.check_torch_zip`: no member that would inflate
+checkpoint gets (:func:`~splattrain.io.torch_zip.check_torch_zip`: no member that would inflate
 beyond the file). Downloads go to torch's hub cache: the
 backbone where torchvision keeps it (``<hub>/checkpoints``), the linear layers in
 ``<hub>/checkpoints/lpips_v0.1`` so that no other tool's ``alex.pth`` is taken for them.
@@ -23,7 +23,8 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from ..checkpoint import CheckpointError, check_torch_zip
+from ..errors import CheckpointError
+from ..io.torch_zip import check_torch_zip
 from ..download import DownloadError, Progress, download as download_file, sha256_of
 from .lpips_net import BACKBONES, LPIPSNet, load_lpips
 

@@ -9,8 +9,7 @@ import torch
 from torch import Tensor
 
 from ..cameras import Camera
-from ..checkpoint import CheckpointError
-from ..errors import ConfigError
+from ..errors import CheckpointError, ConfigError
 from ..registry import APPEARANCE, POSE_OPT, Registry
 from .base import ViewCorrection
 
