@@ -34,7 +34,7 @@ import torch
 
 from splattrain.optim.adam import GaussianAdam, step_adam, visible_gaussians
 from splattrain.cameras import Camera
-from splattrain.checkpoint import load_checkpoint_file
+from splattrain.checkpoints.files import load_checkpoint_file
 from splattrain.engine import load_config
 from splattrain.engine.trainer import DefaultTrainer
 from splattrain.errors import ConfigError

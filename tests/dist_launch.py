@@ -13,7 +13,7 @@ from typing import Dict, List, Optional
 import torch
 
 from conftest import DEMO
-from splattrain.checkpoint import load_checkpoint_file
+from splattrain.checkpoints.files import load_checkpoint_file
 
 #: Densification every 10 steps from step 10 and an opacity reset at step 30: both happen in 36 steps.
 #: Per-view appearance and poses are learned too (their gradients are averaged like the Gaussians').

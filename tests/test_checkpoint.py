@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from conftest import tiny_config_text
-from splattrain.checkpoint import (
-    CheckpointError,
+from splattrain.checkpoints.files import (
     config_changes,
     find_resume_checkpoint,
     load_checkpoint_file,
@@ -15,6 +14,7 @@ from splattrain.checkpoint import (
     step_checkpoints,
 )
 from splattrain.engine import load_config
+from splattrain.errors import CheckpointError
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer
 

@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from conftest import tiny_config_text
-from splattrain.checkpoint import load_checkpoint_file, save_checkpoint_file
+from splattrain.checkpoints.files import load_checkpoint_file, save_checkpoint_file
 from splattrain.commands.evaluate import evaluate
 from splattrain.commands.export import export
 from splattrain.commands.render import render

@@ -15,7 +15,7 @@ import torch
 
 from dist_launch import (environment, gaussian_counts, gaussians, run_torchrun, torchrun_command, view_corrections,
                          write_config)
-from splattrain.checkpoint import load_checkpoint_file
+from splattrain.checkpoints.files import load_checkpoint_file
 from splattrain.engine import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer

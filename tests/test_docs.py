@@ -486,7 +486,7 @@ def test_a_cited_function_that_is_gone_fails():
     assert len(problems) == 2 and "restore_checkpoint" in problems[0] and "read_checkpont" in problems[1], problems
     source = ('"""What :func:`~splattrain.engine.checkpointing.restore_checkpoint` loads; '
               ':func:`~splattrain.engine.checkpointing.restore` and :meth:`Path.exists`."""\nfrom pathlib import Path\n')
-    problems = doc_names.unresolved_docstring_names("splattrain.checkpoint_schema", source, "fake.py")
+    problems = doc_names.unresolved_docstring_names("splattrain.checkpoints.schema", source, "fake.py")
     assert len(problems) == 1 and "restore_checkpoint" in problems[0], problems
 
 

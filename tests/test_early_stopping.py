@@ -11,7 +11,7 @@ import torch
 
 from cli_check import REPO, run_cli, write_config
 from dist_launch import run_torchrun
-from splattrain.checkpoint import load_checkpoint_file
+from splattrain.checkpoints.files import load_checkpoint_file
 from splattrain.engine import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer

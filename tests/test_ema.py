@@ -10,7 +10,7 @@ import torch
 from omegaconf import OmegaConf
 
 from resume_check import assert_same_run, straight_and_resumed, single_thread  # noqa: F401
-from splattrain.checkpoint import load_checkpoint_file
+from splattrain.checkpoints.files import load_checkpoint_file
 from splattrain.config.schema import OptimConfig
 from splattrain.engine.shadow import ShadowWeights
 from splattrain.hooks import EMAHook

@@ -19,7 +19,7 @@ from conftest import DEMO, REPO
 from resume_check import assert_same, assert_same_run, single_thread, straight_and_resumed  # noqa: F401
 from splattrain import Hook, Strategy
 from splattrain import SceneData
-from splattrain.checkpoint import load_checkpoint_file
+from splattrain.checkpoints.files import load_checkpoint_file
 from splattrain.engine import load_config
 from splattrain.config.imports import import_user_modules
 from splattrain.console import Console

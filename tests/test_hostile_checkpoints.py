@@ -17,7 +17,7 @@ import torch
 
 from cli_check import assert_one_line_error, run_cli, trained, write_config  # noqa: F401
 from conftest import REPO
-from splattrain.checkpoint import load_checkpoint_file, save_checkpoint_file
+from splattrain.checkpoints.files import load_checkpoint_file, save_checkpoint_file
 
 ADDRESS_SPACE = 1200 << 20
 

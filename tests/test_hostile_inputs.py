@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cli_check import assert_one_line_error, files_of, run_cli, trained, write_config  # noqa: F401
-from splattrain.checkpoint import FORMAT, load_checkpoint_file
+from splattrain.checkpoints.files import FORMAT, load_checkpoint_file
 
 
 class _WritesFile:
@@ -124,7 +124,7 @@ def test_resume_refuses_a_strategy_change(tmp_path, trained):
 
 def test_resume_without_the_ema_hook_trains_from_the_training_weights(tmp_path):
     from resume_check import make_trainer
-    from splattrain.checkpoint import load_checkpoint_file
+    from splattrain.checkpoints.files import load_checkpoint_file
 
     ema = "custom_hooks:\n  - {type: EMAHook, momentum: 0.5}\n"
     with_ema = make_trainer(tmp_path, "ema", steps=6, extra=ema)

@@ -18,7 +18,7 @@ import torch
 
 from cli_check import assert_one_line_error, files_of, run_cli, trained, write_config  # noqa: F401
 from conftest import REPO
-from splattrain.checkpoint import load_checkpoint_file, save_checkpoint_file
+from splattrain.checkpoints.files import load_checkpoint_file, save_checkpoint_file
 from splattrain.engine.run_lock import RunLock
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from resume_check import assert_same_run, make_trainer, straight_and_resumed, single_thread  # noqa: F401
-from splattrain.checkpoint import load_checkpoint_file
+from splattrain.checkpoints.files import load_checkpoint_file
 from splattrain.hooks import Hook, HookError
 
 

@@ -12,7 +12,7 @@ import torch
 
 from resume_check import single_thread  # noqa: F401
 from splattrain.cameras import Camera
-from splattrain.checkpoint import CheckpointError
+from splattrain.errors import CheckpointError
 from splattrain.synthetic.demo_scene import camera_positions, look_at_origin
 from splattrain.synthetic.demo_variants import GL_TO_CV
 from splattrain.model.gaussians import GaussianModel

@@ -15,7 +15,7 @@ from cli_check import assert_one_line_error, run_cli
 from conftest import DEMO, REPO
 from resume_check import assert_same, assert_same_run, make_trainer, single_thread, straight_and_resumed  # noqa: F401
 from splattrain.cameras import Camera
-from splattrain.checkpoint import load_checkpoint_file, save_checkpoint_file
+from splattrain.checkpoints.files import load_checkpoint_file, save_checkpoint_file
 from splattrain.commands.snapshot import load_snapshot
 from splattrain.commands.view import load_viewed_scene
 from splattrain.config.imports import import_user_modules

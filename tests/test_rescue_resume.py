@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from resume_check import assert_same_run, make_trainer, single_thread  # noqa: F401
-from splattrain.checkpoint import load_checkpoint_file
+from splattrain.checkpoints.files import load_checkpoint_file
 from splattrain.hooks import Hook
 
 FAIL_AT = 8  # a densification step (refine_every 4) and an opacity reset (reset_every 8)

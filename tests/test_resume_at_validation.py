@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from splattrain.checkpoint import load_checkpoint_file
+from splattrain.checkpoints.files import load_checkpoint_file
 from splattrain.hooks import Hook
 from resume_check import assert_same_run, make_trainer, single_thread  # noqa: F401
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, tiny_config_text
-from splattrain.checkpoint import load_checkpoint_file
+from splattrain.checkpoints.files import load_checkpoint_file
 from splattrain.engine import load_config
 from splattrain.console import Console
 from splattrain.engine import DefaultTrainer

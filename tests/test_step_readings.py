@@ -14,8 +14,9 @@ import torch
 from cli_check import assert_one_line_error, run_cli, write_config
 from conftest import REPO
 from resume_check import make_trainer, single_thread  # noqa: F401  (one thread in every test here)
-from splattrain.checkpoint import CheckpointError, load_checkpoint_file, save_checkpoint_file
+from splattrain.checkpoints.files import load_checkpoint_file, save_checkpoint_file
 from splattrain.engine.clock import Stopwatch
+from splattrain.errors import CheckpointError
 from splattrain.hooks import Hook
 
 #: Every step logged to metrics.jsonl; a checkpoint at step 6 (resume_check's settings).

@@ -10,7 +10,7 @@ import torch
 from cli_check import run_cli
 from conftest import REPO
 from dist_launch import gaussian_counts, gaussians, write_config
-from splattrain.checkpoint import load_checkpoint_file
+from splattrain.checkpoints.files import load_checkpoint_file
 
 STRATEGY = [f"imports=[{REPO / 'examples' / 'my_strategy.py'}]",
             "strategy={type: clone_top, every: 10, stop: 30, fraction: 0.05}"]

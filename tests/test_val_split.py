@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from cli_check import assert_one_line_error, run_cli, write_config
-from splattrain.checkpoint import load_checkpoint_file
+from splattrain.checkpoints.files import load_checkpoint_file
 from splattrain.console import Console
 from splattrain.data.split import validation_picks
 from splattrain.engine import DefaultTrainer, load_config

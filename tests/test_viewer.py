@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import DEMO, tiny_config_text
-from splattrain.checkpoint import load_checkpoint_file
+from splattrain.checkpoints.files import load_checkpoint_file
 from splattrain.cli import main
 from splattrain.engine import load_config
 from splattrain.console import Console

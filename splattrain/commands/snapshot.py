@@ -10,14 +10,14 @@ import torch
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from ..checkpoint import checkpoint_target, load_checkpoint_file
-from ..checkpoint_schema import check_scene
+from ..checkpoints.files import checkpoint_target, load_checkpoint_file
+from ..checkpoints.renderer_state import restore_renderer
+from ..checkpoints.schema import check_scene
 from ..config.imports import import_user_modules
 from ..data.loading import load_scene
 from ..data.pipeline import DataPipeline
 from ..data.types import SceneData
 from ..engine.build import render_scene
-from ..engine.checkpointing import restore_renderer
 from ..engine.setup import resolve_device
 from ..model.gaussians import GaussianModel, degree_for_step
 from ..errors import UserError

@@ -12,11 +12,13 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from .. import __version__
-from ..checkpoint import (
-    RESUME_KEYS, CheckpointError, config_changes, find_resume_checkpoint, load_checkpoint_file, require_keys,
+from ..checkpoints.files import (
+    RESUME_KEYS, config_changes, find_resume_checkpoint, load_checkpoint_file, require_keys,
 )
-from ..checkpoint_schema import check_resume, check_scene
+from ..checkpoints.renderer_state import renderer_entry, restore_renderer
+from ..checkpoints.schema import check_resume, check_scene
 from ..data.pipeline import DataPipeline
+from ..errors import CheckpointError
 from ..hooks.dispatch import HookDispatcher
 from ..model.gaussians import GaussianModel
 from ..optim import build_optimizers, build_schedulers
@@ -104,7 +106,7 @@ def read_checkpoint(run: TrainingState, source: str | Path, checkpoint_dir: Path
     incompatible, _ = config_changes(checkpoint["config"], OmegaConf.to_container(run.cfg, resolve=True))
     if incompatible:
         raise CheckpointError(f"cannot resume from '{path}', the config changes: " + "; ".join(incompatible))
-    check_resume(checkpoint, path, run)
+    check_resume(checkpoint, path, run.optimizers, run.strategy, run.scene_scale, len(run.data.train_frames))
     return path, checkpoint
 
 
@@ -148,24 +150,6 @@ def restore(run: TrainingState, path: Path, checkpoint: Dict[str, Any], info: Me
                     strategy_state=_to_device(checkpoint["strategy_state"], run.device),
                     train_seconds=float(checkpoint.get("train_seconds", 0.0)),
                     last_metrics=dict(checkpoint.get("last_metrics", {})))
-
-
-def renderer_entry(renderer: Renderer) -> Dict[str, Any]:
-    """The checkpoint's ``renderer`` entry: the renderer's ``state`` and whether its scene files
-    differ from the Gaussians (``folds_into_export``: ``export`` then needs the renderer)."""
-    return {"type": type(renderer).__name__, "state": renderer.state_dict(),
-            "folds_into_export": renderer.folds_into_export()}
-
-
-def restore_renderer(renderer: Renderer, checkpoint: Mapping[str, Any], path: Path) -> None:
-    """Hand the checkpoint's renderer state to ``renderer`` (an empty one when the checkpoint has
-    none: it was written before renderers kept state); CheckpointError when it does not fit."""
-    state = (checkpoint.get("renderer") or {}).get("state") or {}
-    try:
-        renderer.load_state_dict(state)
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
-        raise CheckpointError(f"checkpoint '{path}': the renderer state does not fit renderer "
-                              f"{type(renderer).__name__} ({type(err).__name__}: {err})") from None
 
 
 def _loss_average(checkpoint: Mapping[str, Any]) -> Optional[float]:

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Optional
 
 from .. import interrupts
-from . import rescue, signals
+from ..checkpoints import rescue
+from . import signals
 
 
 class FailureHandling:

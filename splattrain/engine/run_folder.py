@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..checkpoint import save_checkpoint_file, step_checkpoints
+from ..checkpoints.files import save_checkpoint_file, step_checkpoints
 from ..errors import ConfigError
 from ..files import OutputFolder, linked_file_error, refuse_links_under
 from ..io.gaussians_file import FORMATS, write_gaussians_file

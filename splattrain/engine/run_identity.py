@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from ..checkpoint import has_checkpoint_header
+from ..checkpoints.files import has_checkpoint_header
 from ..errors import UserError
 from ..io.atomic import atomic_write_text
 from .run_lock import LOCK_NAME, STALE_TEMPORARY, RunDirectoryError

@@ -22,7 +22,8 @@ from ..metrics import Evaluator
 from ..optim import clear_grads, step_optimizers
 from ..registry import TRAINERS
 from ..writers import WriterGroup, build_writers
-from . import checkpointing, rescue, run_report, signals
+from ..checkpoints import rescue
+from . import checkpointing, run_report, signals
 from .requests import StepRequests, agree_on_step
 from .batching import mean_losses, micro_batches
 from .build import build_components, build_hooks

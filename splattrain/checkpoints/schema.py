@@ -15,17 +15,12 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from .checkpoint import RESUME_KEYS, SCENE_KEYS, CheckpointError, require_keys
-from .config.loader import check_values
-from .config.schema import SplatConfig
-from .config.values import MAX_SH_DEGREE
-from .errors import ConfigError
-
-#: The trainer whose state a resumed checkpoint must match (any object with the DefaultTrainer's
-#: ``model``, ``optimizers``, ``strategy``, ``data`` and hooks; typed loosely to keep this module
-#: below the engine).
-Trainer = Any
-
+from ..config.loader import check_values
+from ..config.schema import SplatConfig
+from ..config.values import MAX_SH_DEGREE
+from ..errors import CheckpointError, ConfigError
+from ..strategy.protocol import Strategy
+from .files import RESUME_KEYS, SCENE_KEYS, require_keys
 
 #: The Gaussian parameters and their shapes after the count N (K: higher-order SH coefficients).
 _PARAM_SHAPES = {"means": (3,), "scales": (3,), "quats": (4,), "opacities": (), "sh0": (1, 3), "shN": ("K", 3)}
@@ -148,18 +143,20 @@ def _check_transform(refuse: _Refuse, entry: str, value: Any) -> None:
         raise refuse(entry, "is singular (not invertible)")
 
 
-def check_resume(checkpoint: Any, path: str | Path, trainer: Trainer) -> None:
-    """Check the rest of what :func:`~splattrain.engine.checkpointing.restore` loads into
-    ``trainer``, in a checkpoint that passed :func:`check_scene`."""
+def check_resume(checkpoint: Any, path: str | Path, optimizers: Mapping[str, torch.optim.Optimizer],
+                 strategy: Strategy, scene_scale: float, train_views: int) -> None:
+    """Check the rest of what :func:`~splattrain.engine.checkpointing.restore` loads, in a
+    checkpoint that passed :func:`check_scene`, against the run's ``optimizers``, its ``strategy``
+    (the state it starts with in a scene of ``scene_scale``) and its ``train_views`` training views."""
     path = Path(path)
     refuse = _Refuse(path)
     require_keys(checkpoint, path, RESUME_KEYS, "resume a run")
     shapes = {name: tuple(value.shape) for name, value in checkpoint["gaussians"].items()}
     n = shapes["means"][0]
-    _check_optimizers(refuse, checkpoint["optimizers"], trainer, shapes)
-    _check_strategy(refuse, checkpoint["strategy_state"], trainer, n)
+    _check_optimizers(refuse, checkpoint["optimizers"], optimizers, shapes)
+    _check_strategy(refuse, checkpoint["strategy_state"], strategy.initialize_state(scene_scale), n)
     _check_rng(refuse, checkpoint["rng"])
-    _check_data(refuse, checkpoint["data"], len(trainer.data.train_frames))
+    _check_data(refuse, checkpoint["data"], train_views)
     _check_hooks(refuse, checkpoint.get("hooks", {}), shapes)
     for key in ("training_gaussians", "shadow_gaussians"):  # the engine's shadow weights (an average)
         if key in checkpoint:
@@ -184,11 +181,12 @@ def _check_shadow(refuse: _Refuse, key: str, value: Any, shapes: Dict[str, tuple
         _tensor(refuse, f"{key}.{name}", tensor, shapes[name])
 
 
-def _check_optimizers(refuse: _Refuse, saved: Any, trainer: Trainer, shapes: Dict[str, tuple]) -> None:
-    if not isinstance(saved, Mapping) or set(saved) != set(trainer.optimizers):
+def _check_optimizers(refuse: _Refuse, saved: Any, optimizers: Mapping[str, torch.optim.Optimizer],
+                      shapes: Dict[str, tuple]) -> None:
+    if not isinstance(saved, Mapping) or set(saved) != set(optimizers):
         names = sorted(map(str, saved)) if isinstance(saved, Mapping) else type(saved).__name__
-        raise refuse("'optimizers'", f"holds {names}, not the run's {sorted(trainer.optimizers)}")
-    for name, optimizer in trainer.optimizers.items():
+        raise refuse("'optimizers'", f"holds {names}, not the run's {sorted(optimizers)}")
+    for name, optimizer in optimizers.items():
         entry = f"optimizers.{name}"
         state = saved[name]
         if not isinstance(state, Mapping) or not isinstance(state.get("state"), Mapping) \
@@ -213,8 +211,7 @@ def _check_optimizers(refuse: _Refuse, saved: Any, trainer: Trainer, shapes: Dic
                     _tensor(refuse, where, value, shapes.get(name))
 
 
-def _check_strategy(refuse: _Refuse, saved: Any, trainer: Trainer, n: int) -> None:
-    fresh = trainer.strategy.initialize_state(trainer.scene_scale)
+def _check_strategy(refuse: _Refuse, saved: Any, fresh: Mapping[str, Any], n: int) -> None:
     if not isinstance(saved, Mapping) or not set(fresh) <= set(saved):
         names = sorted(map(str, saved)) if isinstance(saved, Mapping) else type(saved).__name__
         raise refuse("'strategy_state'", f"holds {names}, not the run's strategy state {sorted(fresh)}")

@@ -20,8 +20,8 @@ from typing import Any, Callable, Dict, Optional
 
 import torch
 
-from ..checkpoint import save_checkpoint_file
 from ..data.pipeline import DataPipeline
+from .files import save_checkpoint_file
 
 
 def state_before_step(data: DataPipeline) -> Dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Checkpoint files: checksummed, atomic, and checked for compatibility on resume."""
+"""Checkpoint files: written checksummed and atomically, read without running code, found in a
+run's checkpoint folder, and their configs compared with a run's."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from .errors import CheckpointError
-from .io.atomic import atomic_torch_save
-from .io.torch_zip import check_torch_zip
-from .nested import walk_nested
+from ..errors import CheckpointError
+from ..io.atomic import atomic_torch_save
+from ..io.torch_zip import check_torch_zip
+from ..nested import walk_nested
 
 FORMAT = "splattrain-checkpoint/2"  # the payload is a uint8 tensor (in /1, bytes: pickled 50% larger and 20x slower)
 READ_FORMATS = ("splattrain-checkpoint/1", FORMAT)
