@@ -9,7 +9,8 @@ from .. import interrupts
 
 
 class CarryingOut:
-    """The requests of a step acted on, over the trainer's attributes (assigned by the trainer)."""
+    """The requests of a step acted on, over the trainer's attributes (assigned by the trainer) and
+    its run state."""
 
     def _finish_restored_step(self) -> None:
         """A checkpoint holds its step after that step's validation; one saved before it (a stop
@@ -33,7 +34,7 @@ class CarryingOut:
             later, _, more = self.requests.agreed(self.dist)
             reason, saves = reason or later, {**saves, **more}
         if reason is not None:
-            self.stopped = {"step": step, "reason": reason}
+            self.state.stopped = {"step": step, "reason": reason}
             self.console.info(f"stopping after step {step}: {reason}")
             saves.setdefault(None, 0)
         self._save_requested(saves)

@@ -54,9 +54,10 @@ class FailureHandling:
     def _save_rescue(self, error: BaseException, running: int) -> Optional[Path]:
         """``ckpt/rescue_step_XXXXXX.pt`` of the last completed step (rank 0), when a step was
         completed since the run (or its resume) started and the model holds Gaussians."""
-        completed = self.completed_step
-        if completed <= self.start_step or not self.is_main or self.model.num_gaussians == 0:
+        state = self.state
+        completed = state.completed_step
+        if completed <= state.start_step or not self.is_main or self.model.num_gaussians == 0:
             return None
         checkpoint = self.checkpoint_state(step=completed)
-        return rescue.save(checkpoint, self.state_before_step if completed < running else None,
+        return rescue.save(checkpoint, state.before_step if completed < running else None,
                            self.run_folder.rescue_path(completed), error, self.console.warning, self.resume_hint)

@@ -1,6 +1,7 @@
-"""The Trainer protocol's read-only properties and the steering calls that only delegate to the
-components a trainer holds. :class:`~splattrain.engine.DefaultTrainer` derives from it; it holds
-no state of its own and assigns nothing."""
+"""The Trainer protocol's read-only properties (the run state's readings among them) and the
+steering calls that only delegate to the components a trainer holds.
+:class:`~splattrain.engine.DefaultTrainer` derives from it; it holds no state of its own and
+assigns nothing."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from ..protocol import GaussiansMoved
 from ..io.gaussians_file import FORMATS
-from . import checkpointing
+from ..optim.optimizers import ParamScheduler
+from ..protocol import GaussiansMoved, StepClock
 from .row_edits import RowEdits
+from .run_state import RunState
 
 
 #: What a published checkpoint keeps: enough to evaluate, render and export.
@@ -20,24 +22,74 @@ PUBLISHED_KEYS = ("version", "step", "config", "sh_degree", "gaussians", "last_m
 
 
 class SteeringCalls:
-    """Delegations over ``dist``, ``schedule``, ``run_folder``, ``strategy``, ``model``,
-    ``optimizers``, ``strategy_state``, ``row_edits``, ``data`` and ``renderer``, which the trainer sets."""
+    """Readings of ``state`` and delegations over ``dist``, ``schedule``, ``run_folder``,
+    ``strategy``, ``model``, ``row_edits``, ``data`` and ``renderer``, which the trainer sets."""
 
     cfg: Any
+    state: RunState  # what the run changes as it trains
     dist: Any
     schedule: Any
     run_folder: Any
     strategy: Any
     model: Any
-    optimizers: Dict[str, torch.optim.Optimizer]
-    strategy_state: Dict[str, Any]
     data: Any
     renderer: Any
     console: Any
     checkpoint_state: Any  # the trainer's method: the state of the current step, hooks' additions included
     row_edits: RowEdits  # the row changes held during a step
 
-    # -- what hooks read ------------------------------------------------------------
+    # -- the run state, as hooks read it -----------------------------------------------
+    @property
+    def step(self) -> int:
+        """The running (or last completed) step, from 1 (0 before the first)."""
+        return self.state.step
+
+    @property
+    def optimizers(self) -> Dict[str, torch.optim.Optimizer]:
+        """The optimizer of each parameter group."""
+        return self.state.optimizers
+
+    @property
+    def schedulers(self) -> List[ParamScheduler]:
+        """The learning-rate schedulers, stepped after each update."""
+        return self.state.schedulers
+
+    @property
+    def strategy_state(self) -> Dict[str, Any]:
+        """The densification strategy's running state."""
+        return self.state.strategy_state
+
+    @property
+    def last_metrics(self) -> Dict[str, Any]:
+        """The last validation's mean metrics ({} before the first)."""
+        return self.state.last_metrics
+
+    @property
+    def val_per_view(self) -> List[Dict[str, Any]]:
+        """The last validation's per-view scores."""
+        return self.state.val_per_view
+
+    @property
+    def stopped(self) -> Optional[Dict[str, Any]]:
+        """``{step, reason}`` once a requested stop ended the run, else None."""
+        return self.state.stopped
+
+    @property
+    def train_seconds(self) -> float:
+        """Time spent in training steps so far, pauses left out (a resumed run's included)."""
+        return self.state.train_seconds
+
+    @property
+    def clock(self) -> StepClock:
+        """The step times of the last step (see :class:`~splattrain.protocol.StepClock`)."""
+        return self.state.stopwatch.reading
+
+    @property
+    def loss_average(self) -> Optional[torch.Tensor]:
+        """A copy of the loss EMA on the loss's device (None before the first step)."""
+        return self.state.loss_average.tensor
+
+    # -- what hooks read of the run ---------------------------------------------------
     @property
     def run_name(self) -> str:
         """The run's ``name``."""
@@ -92,7 +144,7 @@ class SteeringCalls:
     def _change_rows(self, kind: str, payload: Any) -> None:
         """Carry out one row change through the strategy's row calls (ops, state, listeners)."""
         change = getattr(self.strategy, f"{kind}_gaussians")
-        change(self.model.params, self.optimizers, self.strategy_state, payload)
+        change(self.model.params, self.state.optimizers, self.state.strategy_state, payload)
 
     def on_gaussians_moved(self, listener: GaussiansMoved) -> None:
         """Call ``listener(sources, params)`` whenever the strategy or a row call changes the rows."""
@@ -100,7 +152,7 @@ class SteeringCalls:
 
     def learning_rates(self) -> Dict[str, float]:
         """The current learning rate of each parameter group."""
-        return {name: optimizer.param_groups[0]["lr"] for name, optimizer in self.optimizers.items()}
+        return {name: optimizer.param_groups[0]["lr"] for name, optimizer in self.state.optimizers.items()}
 
     def max_over_ranks(self, values: Sequence[float]) -> List[float]:
         """The largest of each value over the ranks."""
@@ -117,13 +169,9 @@ class SteeringCalls:
 
     def publish(self, formats: Sequence[str]) -> Optional[Path]:
         """Write ``ckpt/published.pt`` (no training state) and ``scene.<ext>`` in each format (rank 0)."""
-        state = {key: value for key, value in self.checkpoint_state().items() if key in PUBLISHED_KEYS}
+        published = {key: value for key, value in self.checkpoint_state().items() if key in PUBLISHED_KEYS}
         if not self.is_main:  # every rank builds the state (hooks may compare ranks); rank 0 writes
             return None
         for fmt in formats:
             self.export_scene(f"scene.{FORMATS[fmt]}", fmt)
-        return self.run_folder.write_checkpoint(state, "published")
-
-    def read_checkpoint(self, source: str | Path) -> tuple[Path, Dict[str, Any]]:
-        """Find, load and check ``source`` (a path, or ``"latest"``) against this run; changes nothing."""
-        return checkpointing.read_checkpoint(self, source, self.checkpoint_dir, self.console.warning)
+        return self.run_folder.write_checkpoint(published, "published")

@@ -11,45 +11,49 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from .. import interrupts
+from ..checkpoints import rescue
 from ..config import config_to_yaml
 from ..console import Console
 from ..distributed import DistContext, RankConsole
 from ..errors import ConfigError, UserError
 from ..hooks.base import Hook
 from ..hooks.dispatch import HookDispatcher
-from ..protocol import StepClock, StepOutputs, StrategyContext
 from ..metrics import Evaluator
 from ..optim import clear_grads, step_optimizers
+from ..protocol import StepOutputs, StrategyContext
 from ..registry import TRAINERS
 from ..writers import WriterGroup, build_writers
-from ..checkpoints import rescue
-from . import checkpointing, run_report, signals
-from .requests import StepRequests, agree_on_step
+from . import run_report, signals
 from .batching import mean_losses, micro_batches
 from .build import build_components, build_hooks
-from .replicas import check_replicas
-from .run_config import prepare_config
+from .carry_out import CarryingOut
+from .checkpoint_calls import CheckpointCalls
+from .clock import LossAverage
+from .failures import FailureHandling
+from .requests import StepRequests, agree_on_step
 from .row_edits import RowEdits
+from .run_config import prepare_config
 from .run_folder import RunFolder
-from .clock import LossAverage, Stopwatch
+from .run_state import RunState
 from .setup import resolve_device, seed_everything
 from .shadow import ShadowWeights
-from .carry_out import CarryingOut
-from .failures import FailureHandling
 from .steering import SteeringCalls
 from .validation import Validation
 
+
 @TRAINERS.register("DefaultTrainer")
-class DefaultTrainer(SteeringCalls, CarryingOut, Validation, FailureHandling):
+class DefaultTrainer(SteeringCalls, CheckpointCalls, CarryingOut, Validation, FailureHandling):
     """Trains a Gaussian scene from a resolved config, calling hooks at every point.
 
     Build it with a config from :func:`splattrain.engine.load_config` (``scaled``: the lines
     :func:`~splattrain.engine.load_run_config` gave), then call :meth:`train`.
     What hooks and plugins may read and call is the :class:`~splattrain.protocol.Trainer`
-    protocol; every attribute is assigned by this class (carrying out hooks' requests, validation
-    and the handling of signals and failures are its :class:`CarryingOut`, :class:`Validation` and
-    :class:`FailureHandling` parts, each in a module of its own) and nowhere else. ``resume_command`` is the command line that resumes
-    the run (shown when it stops).
+    protocol. Every attribute is assigned by this class and nowhere else; what the run changes as
+    it trains is one value, :attr:`state` (a :class:`RunState`), which the properties hooks read
+    (``step``, ``optimizers``, ``last_metrics``, ...) show. Its parts, each in a module of its own:
+    :class:`SteeringCalls`, :class:`CheckpointCalls`, :class:`CarryingOut` (hooks' requests),
+    :class:`Validation` and :class:`FailureHandling` (signals and failures). ``resume_command`` is
+    the command line that resumes the run (shown when it stops).
     """
 
     def __init__(self, cfg: DictConfig, console: Optional[Console] = None, config_dir: Optional[Path] = None,
@@ -67,15 +71,15 @@ class DefaultTrainer(SteeringCalls, CarryingOut, Validation, FailureHandling):
         self.run_dir = self.run_folder.run_dir
         self.resume_hint = resume_command or "splattrain fit --config <config> " + shlex.join(
             [f"output_dir={self.run_dir}", "--resume"])
-        self.step = 0
         self.background = torch.tensor(list(cfg.data.background), dtype=torch.float32, device=self.device)
 
         built = build_components(cfg, self.dist, self.background, config_dir, self.console.info, self.console.warning,
                                  tuple(scaled))
         self.data, self.data_type, self.scene_scale = built.data, built.data_type, built.scene_scale
         self.model, self.renderer, self.strategy, self.loss = built.model, built.renderer, built.strategy, built.loss
-        self.schedule, self.optimizers, self.schedulers = built.schedule, built.optimizers, built.schedulers
-        self.strategy_state, self.view_opt = built.strategy_state, built.view_opt
+        self.schedule, self.view_opt = built.schedule, built.view_opt
+        self.state = RunState(optimizers=built.optimizers, schedulers=built.schedulers,  #: what the run changes
+                              strategy_state=built.strategy_state, loss_average=LossAverage(cfg.trainer.loss_ema))
         self.row_edits = RowEdits()  #: the row changes hooks ask while a step's gradients are live
         self.strategy.add_reindex_listener(self.row_edits.follow)
         self.resolution = built.resolution  #: the coarse-to-fine schedule the steps follow (None: full resolution)
@@ -94,41 +98,16 @@ class DefaultTrainer(SteeringCalls, CarryingOut, Validation, FailureHandling):
             self.evaluator = self._evaluator(needs)
 
         self.runtime_info: Dict[str, Any] = {}
-        self.last_metrics: Dict[str, Any] = {}
-        self.val_per_view: List[Dict[str, Any]] = []
-        self.stopwatch = Stopwatch()  #: the one clock of the steps (``clock``, ``train_seconds``)
-        self.loss_ema = LossAverage(cfg.trainer.loss_ema)  #: the one average of the loss (``loss_average``)
-        #: The last step whose update is applied, the step the run (or its resume) started at, and the
-        #: data position and RNG states before the running step: what a rescue checkpoint needs.
-        self.completed_step = self.start_step = 0
-        self.state_before_step: Optional[Dict[str, Any]] = None
         self.requests = StepRequests()  #: what hooks asked during the running step
-        self.stopped: Optional[Dict[str, Any]] = None  #: ``{step, reason}`` once a requested stop ended the run
         self._failed = False  # once the run failed: no collective exchange (the other ranks may be gone)
         self._checked: set = set()  # the plugins whose check passed
         self.check_plugins()
-
-    # -- readings (the Trainer protocol) ------------------------------------------------
-    @property
-    def clock(self) -> StepClock:
-        """The step times of the last step (see :class:`~splattrain.protocol.StepClock`)."""
-        return self.stopwatch.reading
-
-    @property
-    def train_seconds(self) -> float:
-        """Time spent in training steps so far, pauses left out (a resumed run's included)."""
-        return self.stopwatch.total_seconds
-
-    @property
-    def loss_average(self) -> Optional[torch.Tensor]:
-        """A copy of the loss EMA on the loss's device (None before the first step)."""
-        return self.loss_ema.tensor
 
     # -- steering (the Trainer protocol; the calls that only delegate are SteeringCalls') ------
     @property
     def stop_reason(self) -> Optional[str]:
         """Why the run was asked to stop (None while it goes on)."""
-        return self.stopped["reason"] if self.stopped else self.requests.stop
+        return self.state.stopped["reason"] if self.state.stopped else self.requests.stop
 
     def request_stop(self, reason: str) -> None:
         """End the run after the current step, with a final validation, a checkpoint and
@@ -166,12 +145,12 @@ class DefaultTrainer(SteeringCalls, CarryingOut, Validation, FailureHandling):
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """Pause the run: hooks hear ``on_pause``; the time is left out of ``train_seconds``."""
-        self.stopwatch.pause()
+        self.state.stopwatch.pause()
         self.call_hook("on_pause", True)
         try:
             yield
         finally:
-            self.stopwatch.resume()
+            self.state.stopwatch.resume()
             self.call_hook("on_pause", False)
 
     def check_plugins(self) -> None:
@@ -237,16 +216,17 @@ class DefaultTrainer(SteeringCalls, CarryingOut, Validation, FailureHandling):
             if resumed is not None:
                 self.call_hook("after_load_checkpoint", resumed[1])
                 self._finish_restored_step()
-            self.completed_step = self.start_step = self.step
+            state = self.state
+            state.completed_step = state.start_step = state.step
             self._check_replicas("before training")
             self.call_hook("before_train")
             self.shadow.drop_unclaimed(self.console.warning)
             self._carry_out_pause()
-            for step in range(self.step + 1, self.max_steps + 1):
-                self.step = step
-                self.stopwatch.start_step()
+            for step in range(state.step + 1, self.max_steps + 1):
+                state.step = step
+                state.stopwatch.start_step()
                 self.train_step(step)
-                self.stopwatch.end_step()
+                state.stopwatch.end_step()
                 self._act_on_signals(*signals.after_step(self.dist))  # on every rank alike
                 validated = self.schedule.validates_at(step)
                 if validated:
@@ -257,8 +237,8 @@ class DefaultTrainer(SteeringCalls, CarryingOut, Validation, FailureHandling):
                 self.shadow.swap_in(self.model.params)
             self.call_hook("after_train")
             self._act_on_signals(signals.after_last_step(self.dist), False, finished=True)
-            run_report.print_hook_timing(self)
-            report = run_report.results(self)
+            run_report.print_hook_timing(self.console, self.hooks, state.train_seconds)
+            report = run_report.results(state, self.data, self.model, self.view_opt)
             if self.is_main:
                 run_report.write_results(report, self.run_dir / "results.json")
             return report
@@ -284,7 +264,10 @@ class DefaultTrainer(SteeringCalls, CarryingOut, Validation, FailureHandling):
             self.writers = build_writers(list(self.cfg.writers), self.run_dir, self.console.warning)
             self.writers.write_config(OmegaConf.to_container(self.cfg, resolve=True), text)
         gaussians = self.model.num_gaussians if resumed is None else int(resumed[1]["gaussians"]["means"].shape[0])
-        run_report.print_header(self, gaussians)
+        run_report.print_header(self.console, self.cfg, gaussians, run_dir=self.run_dir, device=self.device,
+                                dist=self.dist, data=self.data, data_type=self.data_type, renderer=self.renderer,
+                                strategy=self.strategy, loss=self.loss, schedule=self.schedule,
+                                resolution=self.resolution, hooks=self.hooks)
 
     def train_step(self, step: int) -> StepOutputs:
         """One optimisation step over ``trainer.batch_size`` x ``optim.accumulate_steps`` views,
@@ -293,11 +276,12 @@ class DefaultTrainer(SteeringCalls, CarryingOut, Validation, FailureHandling):
         An ``after_backward`` hook may set ``outputs.skip_update`` to drop the step's update
         (densification statistics and optimizer step).
         """
-        self.state_before_step = rescue.state_before_step(self.data)
+        state = self.state
+        state.before_step = rescue.state_before_step(self.data)
         if self.resolution is not None:
             self._follow_resolution(step)
         batch = self.data.next_train(step)
-        self.stopwatch.data_ready()
+        state.stopwatch.data_ready()
         self.call_hook("before_train_iter", step, batch)
         schedule = self.schedule
         sh_degree = schedule.sh_degree_at(step)
@@ -315,7 +299,7 @@ class DefaultTrainer(SteeringCalls, CarryingOut, Validation, FailureHandling):
             if penalty is not None:
                 losses["view_opt"] = penalty
                 losses["loss"] = losses["loss"] + penalty
-            self.strategy.step_pre_backward(self.model.params, self.optimizers, self.strategy_state, step, render.info)
+            self.strategy.step_pre_backward(self.model.params, state.optimizers, state.strategy_state, step, render.info)
             self.call_hook("before_backward", step, losses)
             if chunk is chunks[-1]:  # the last backward pass finishes the gradients: their exchange may start in it
                 self.dist.prepare_exchange(self.model.params, sh_degree)
@@ -324,21 +308,21 @@ class DefaultTrainer(SteeringCalls, CarryingOut, Validation, FailureHandling):
             terms.append(losses)
             views.append(([camera.name or str(int(i)) for camera, i in zip(chunk["camera"], chunk["image_id"])], losses))
         signals.before_exchange(self.dist)  # a signal on any rank travels in the gradient exchange
-        synced = {**self.optimizers, **{f"view_opt/{k}": v for k, v in self.view_opt.optimizers.items()}}
+        synced = {**state.optimizers, **{f"view_opt/{k}": v for k, v in self.view_opt.optimizers.items()}}
         losses = self.dist.sync_gradients(synced, mean_losses(terms), sh_degree)  # mean over ranks
         outputs = StepOutputs(render=render, losses=losses, sh_degree=sh_degree, batch=batch, view_losses=views)
         self.call_hook("after_backward", step, outputs)
         agree_on_step(self.dist, self.hooks.hooks, outputs)
         self._update(step, outputs, infos)
-        clear_grads(self.optimizers)
+        clear_grads(state.optimizers)
         if self.row_edits.release(self._change_rows):  # the row changes hooks asked during the step
             self._check_not_empty(step)
         self.view_opt.step(step, update=not outputs.skip_update)
-        for scheduler in self.schedulers:
+        for scheduler in state.schedulers:
             scheduler.step(step)
-        self.completed_step = step  # the state is now step ``step``'s, whatever a hook does next
-        self.loss_ema.update(outputs.losses["loss"])
-        self.stopwatch.lap(step, self.max_steps)  # what after_train_iter hooks read as trainer.clock
+        state.completed_step = step  # the state is now step ``step``'s, whatever a hook does next
+        state.loss_average.update(outputs.losses["loss"])
+        state.stopwatch.lap(step, self.max_steps)  # what after_train_iter hooks read as trainer.clock
         self.call_hook("after_train_iter", step, batch, outputs)
         return outputs
 
@@ -347,18 +331,19 @@ class DefaultTrainer(SteeringCalls, CarryingOut, Validation, FailureHandling):
         :class:`StrategyContext`) in the configured order; neither when a hook skipped the update."""
         if outputs.skip_update:
             return
+        state = self.state
         context = StrategyContext(step=step, batch=outputs.batch, render=outputs.render, infos=infos,
-                                  last_metrics=self.last_metrics, renderer=self.renderer)
+                                  last_metrics=state.last_metrics, renderer=self.renderer)
         if self.densify_after_step:  # gsplat's order: the step's update survives refinement
             self.call_hook("before_optimizer_step", step, outputs)
-            step_optimizers(self.optimizers, infos)
-            self.strategy.post_backward(self.model.params, self.optimizers, self.strategy_state, step, infos, context)
+            step_optimizers(state.optimizers, infos)
+            self.strategy.post_backward(self.model.params, state.optimizers, state.strategy_state, step, infos, context)
             self._check_not_empty(step)
         else:  # the 3DGS order
-            self.strategy.post_backward(self.model.params, self.optimizers, self.strategy_state, step, infos, context)
+            self.strategy.post_backward(self.model.params, state.optimizers, state.strategy_state, step, infos, context)
             self._check_not_empty(step)
             self.call_hook("before_optimizer_step", step, outputs)
-            step_optimizers(self.optimizers, infos)
+            step_optimizers(state.optimizers, infos)
 
     def _follow_resolution(self, step: int) -> None:
         """Serve the training views at the schedule's factor for ``step`` (a change is one line)."""
@@ -374,50 +359,3 @@ class DefaultTrainer(SteeringCalls, CarryingOut, Validation, FailureHandling):
             raise UserError(f"step {step}: strategy {self.cfg.strategy.get('type', 'default')!r} pruned every "
                             "Gaussian, nothing is left to train; relax its pruning settings (strategy.prune_opa); "
                             + self.run_folder.last_good_checkpoint())
-
-    # -- checkpoints ----------------------------------------------------------------
-    def checkpoint_state(self, step: Optional[int] = None) -> Dict[str, Any]:
-        """Everything needed to continue this run after ``step`` (default: the current step);
-        hooks add to it in before_save_checkpoint."""
-        step = self.step if step is None else step
-        self._check_replicas(f"before the checkpoint of step {step}", checkpoint=True)
-        checkpoint = checkpointing.capture(self, step)
-        if self.run_folder.run_id:
-            checkpoint["run_id"] = self.run_folder.run_id  # resuming refuses another run's checkpoint
-        self.call_hook("before_save_checkpoint", checkpoint)
-        return checkpoint
-
-    def save_checkpoint(self, name: Optional[str] = None, keep_last: int = 0) -> Path:
-        """Write a resumable checkpoint of the current step: ``step_XXXXXX.pt`` (and ``last.pt``;
-        ``keep_last`` > 0 keeps that many step checkpoints), or ``<name>.pt``. Every rank calls it
-        (the replicas are compared first); only rank 0 writes."""
-        checkpoint = self.checkpoint_state()
-        if not self.is_main:
-            return self.run_folder.checkpoint_path(self.step, name)
-        return self.run_folder.write_checkpoint(checkpoint, name, keep_last)
-
-    def load_checkpoint(self, source: str | Path) -> Dict[str, Any]:
-        """Restore a checkpoint (a path or ``"latest"``) and continue from its step."""
-        path, checkpoint = self.read_checkpoint(source)
-        self._restore(path, checkpoint)
-        self.call_hook("after_load_checkpoint", checkpoint)
-        return checkpoint
-
-    def _restore(self, path: Path, checkpoint: Dict[str, Any]) -> None:
-        """Load a checkpoint's state into the model, optimizers, strategy, data order, RNGs and hooks."""
-        restored = checkpointing.restore(self, path, checkpoint, self.console.info, self.console.warning)
-        self.step, self.optimizers, self.schedulers = restored.step, restored.optimizers, restored.schedulers
-        self.strategy_state = restored.strategy_state
-        self.stopwatch.restore(restored.train_seconds)
-        self.last_metrics = restored.last_metrics
-        self.strategy.restored_statistics(self.strategy_state)
-
-    def _check_replicas(self, when: str, checkpoint: bool = False) -> None:
-        """Compare the ranks' replicas (several ranks only); before a ``checkpoint`` the strategy's
-        statistics are combined too, so it holds their totals whatever world size resumes it."""
-        if not self.dist.enabled or self._failed:
-            return
-        check_replicas(self.dist, self.model.params, self.view_opt, when)
-        if checkpoint:
-            self.strategy.sync_statistics(self.strategy_state)
-            self.strategy.release_statistics(self.strategy_state)

@@ -9,6 +9,7 @@ import torch
 
 from ..metrics import Evaluator, mean_metrics, psnr
 from . import signals
+from .run_state import RunState
 
 #: Training views scored for ``train_psnr`` at most, when validation uses the test views.
 TRAIN_VIEWS_SCORED = 8
@@ -18,8 +19,7 @@ class Validation:
     """:meth:`validate` and what it needs, over the trainer's attributes (assigned by the trainer)."""
 
     evaluator: Any
-    last_metrics: Dict[str, Any]
-    val_per_view: List[Dict[str, Any]]
+    state: RunState
 
     @torch.no_grad()
     def validate(self) -> Dict[str, Any]:
@@ -43,8 +43,8 @@ class Validation:
             per_view = self.dist.gather_views(scored)
             metrics = {"step": self.step, **mean_metrics(per_view)}
             metrics.update(self._split_scores(sh_degree, metrics))
-        self.val_per_view = per_view
-        self.last_metrics = metrics
+        self.state.val_per_view = per_view
+        self.state.last_metrics = metrics
         self.call_hook("after_val", metrics)
         self.writers.write_views(per_view, self.step)
         return metrics
