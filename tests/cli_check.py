@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
+import cli_runner
 from conftest import DEMO, REPO
 
 
 def run_cli(*args: str, cwd: Path = REPO, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "splattrain", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+    """``python -m splattrain *args`` in a process of its own (forked from one that imported it)."""
+    return cli_runner.run(args, cwd, timeout)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> str:

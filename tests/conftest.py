@@ -28,6 +28,18 @@ def pytest_configure(config: pytest.Config) -> None:
         load_library()
 
 
+@pytest.fixture(scope="session")
+def library():
+    """The compiled CPU library from the cache (built once, before the test workers started)."""
+    from splattrain.kernels import build
+
+    try:
+        build.find_compiler()
+    except build.BuildError as error:
+        pytest.skip(f"no C++ compiler: {error}")
+    return build.load_library()
+
+
 @pytest.fixture
 def write_config(tmp_path: Path):
     """Write a YAML config into tmp_path and return its path."""

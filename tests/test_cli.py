@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 
+import cli_runner
 from conftest import REPO, tiny_config_text
 
 
 def run_cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "splattrain", *args], cwd=cwd, capture_output=True, text=True, timeout=300
-    )
+    return cli_runner.run(args, cwd)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:

@@ -17,7 +17,6 @@ from splattrain.render import TorchRenderer, build_renderer
 from splattrain.render import cpu_rasterizer as cpu, torch_rasterizer
 from splattrain.render.cpu_renderer import CpuRenderer
 from resume_check import CountAfterStep, make_trainer, single_thread  # noqa: F401
-from test_cpu_rasterizer import library  # noqa: F401  (fixture: the library in a temporary cache)
 from test_rasterizer import assert_grad_close, make_cameras, make_scene, run
 
 
@@ -27,7 +26,7 @@ def _absgrad(result) -> torch.Tensor:
 
 @pytest.mark.parametrize("mode", ["classic", "antialiased"])
 @pytest.mark.parametrize("channels", [3, 4, 5])
-def test_absgrad_matches_the_torch_backend_on_every_instruction_set(library, mode, channels):  # noqa: F811
+def test_absgrad_matches_the_torch_backend_on_every_instruction_set(library, mode, channels):
     """3 and 4 channels take the vector kernels, 5 the generic one; the plain gradients stay
     those of the run without absgrad."""
     scene = make_scene(31, n=400, width=45, height=37, n_cams=2, channels=channels)
@@ -53,7 +52,7 @@ def test_absgrad_matches_the_torch_backend_on_every_instruction_set(library, mod
         library.use_instruction_set(None)
 
 
-def test_absgrad_in_float64(library):  # noqa: F811
+def test_absgrad_in_float64(library):
     """The baseline build's float64 kernels (used to check gradients) have it too."""
     scene = make_scene(32, n=200, width=30, height=26, n_cams=1)
     scene64 = replace(scene, **{name: getattr(scene, name).double()
@@ -64,7 +63,7 @@ def test_absgrad_in_float64(library):  # noqa: F811
     torch.testing.assert_close(_absgrad(ours), _absgrad(ref), rtol=1e-9, atol=1e-12)
 
 
-def test_each_backward_pass_sets_absgrad_anew(library):  # noqa: F811
+def test_each_backward_pass_sets_absgrad_anew(library):
     """A second backward pass through the same render replaces ``absgrad`` (as gsplat does) rather
     than adding to it, while ``grad`` accumulates as PyTorch's gradients do."""
     scene = make_scene(34, n=200, width=30, height=26, n_cams=2)
@@ -90,7 +89,7 @@ def _render_with_absgrad(renderer, model: GaussianModel, cameras: List[Camera]):
     return result.info["means2d"]
 
 
-def test_renderer_absgrad_matches_torch_renderer_with_and_without_learned_poses(library):  # noqa: F811
+def test_renderer_absgrad_matches_torch_renderer_with_and_without_learned_poses(library):
     """Cameras whose poses learn are composited one by one into one means2d tensor: each writes
     its row of absolute gradients into it."""
     gen = torch.Generator().manual_seed(33)
@@ -110,7 +109,7 @@ def test_renderer_absgrad_matches_torch_renderer_with_and_without_learned_poses(
         assert_grad_close(got.grad, expected.grad, f"means2d, learned poses {learn_poses}")
 
 
-def test_auto_keeps_the_compiled_backend_for_absgrad(library):  # noqa: F811
+def test_auto_keeps_the_compiled_backend_for_absgrad(library):
     messages: List[str] = []
     renderer = build_renderer({"type": "auto"}, torch.device("cpu"), log=messages.append, absgrad=True)
     assert isinstance(renderer, CpuRenderer) and renderer.absgrad and renderer.supports_absgrad
@@ -128,7 +127,7 @@ def _counts(tmp_path, kind: str, absgrad: bool, run: str = "") -> List[int]:
     return counter.counts
 
 
-def test_absgrad_densification_trains_with_the_compiled_backend(tmp_path, library):  # noqa: F811
+def test_absgrad_densification_trains_with_the_compiled_backend(tmp_path, library):
     """``renderer.type: auto`` with ``strategy.absgrad`` trains on the compiled backend, and its
     refinements grow as the PyTorch renderer's do, on every instruction set of this CPU.
 

@@ -8,7 +8,6 @@ import torch
 
 from splattrain.render import cpu_rasterizer as cpu
 from splattrain.render.cpu_rasterizer import _Composite
-from test_cpu_rasterizer import library  # noqa: F401  (fixture: the library in a temporary cache)
 from test_rasterizer import make_scene
 
 
@@ -23,7 +22,7 @@ def _composite(proj, colors, isects, width, height):
 @pytest.mark.parametrize("mode", ["classic", "antialiased"])
 @pytest.mark.parametrize("tile_size", [8, 16])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_snug_lists_give_the_same_images_and_gradients(library, mode, tile_size, dtype):  # noqa: F811
+def test_snug_lists_give_the_same_images_and_gradients(library, mode, tile_size, dtype):
     scene = make_scene(3, n=400, width=70, height=53, n_cams=2)
     means, quats, scales, opacities, colors = (getattr(scene, k).to(dtype) for k in
                                                ("means", "quats", "scales", "opacities", "colors"))
@@ -60,7 +59,7 @@ def _min_over_rectangles(a, b, c, x0, x1, y0, y1):
 
 
 @pytest.mark.parametrize("tile_size", [4, 7, 16])
-def test_each_listed_tile_is_one_the_ellipse_reaches(library, tile_size):  # noqa: F811
+def test_each_listed_tile_is_one_the_ellipse_reaches(library, tile_size):
     """Tile by tile against a reference in float64: a Gaussian is listed in a tile of its
     rectangle exactly when the least value of its quadratic form over the tile's pixel centres'
     rectangle is within the level (up to rounding), for tilted, thin and large ellipses (some
