@@ -26,7 +26,7 @@ def run_progress(console: Console, total: int = 10, interval: int = 4) -> None:
     with ProgressLogger(console, total, interval=interval) as progress:
         for step in range(1, total + 1):
             progress.update(step, {"ema_loss": 0.5 / step, "gaussians": 1000 + step, "lr/means": 1.6e-4,
-                                   "val psnr": "20.00 @4"})
+                                   "test psnr": "20.00 @4"})
 
 
 def test_non_tty_prints_plain_lines_every_interval_and_no_control_characters(tmp_path):
@@ -36,7 +36,7 @@ def test_non_tty_prints_plain_lines_every_interval_and_no_control_characters(tmp
     lines = out.getvalue().splitlines()
     assert [line.split("  ")[0] for line in lines] == ["step 4/10", "step 8/10", "step 10/10"]
     assert "it/s" in lines[0] and "eta" in lines[0] and "ema_loss 0.1250" in lines[0] and "gaussians 1004" in lines[0]
-    assert "lr/means 1.600e-04" in lines[0] and "val psnr 20.00 @4" in lines[0]
+    assert "lr/means 1.600e-04" in lines[0] and "test psnr 20.00 @4" in lines[0]
     assert not CONTROL.search(out.getvalue())
     assert (tmp_path / "log.txt").read_text().splitlines() == lines
 
@@ -157,7 +157,7 @@ def test_a_hooks_line_and_the_final_validation_reach_the_bar_and_the_log(tmp_pat
     psnr = trainer.last_metrics["psnr"]
     shown = out.getvalue()
     assert f"[plateau] psnr {psnr:.2f} at step 6" in shown
-    assert f"val psnr {psnr:.2f} @6" in shown  # the bar, refreshed after the last validation
+    assert f"test psnr {psnr:.2f} @6" in shown  # the bar, refreshed after the last validation
     assert "ema_loss" in shown and "lr/means" in shown
     assert f"[plateau] psnr {psnr:.2f} at step 6" in (tmp_path / "run" / "log.txt").read_text()
 

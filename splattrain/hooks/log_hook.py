@@ -43,9 +43,9 @@ def _shown_lr(lrs: Dict[str, float]) -> Dict[str, float]:
 
 
 def _shown_validation(metrics: Dict[str, Any]) -> Dict[str, str]:
-    """The last validation's PSNR and its step, for the progress display (``val psnr 20.80 @400``)."""
+    """The last validation's test-view PSNR and its step, for the progress display (``test psnr 20.80 @400``)."""
     psnr = metrics.get("psnr")
-    return {} if psnr is None else {"val psnr": f"{psnr:.2f} @{metrics.get('step', '?')}"}
+    return {} if psnr is None else {"test psnr": f"{psnr:.2f} @{metrics.get('step', '?')}"}
 
 
 def split_line(step: int, metrics: Dict[str, Any], held_out: int) -> Optional[str]:
@@ -71,7 +71,7 @@ class LogHook(Hook):
     ``trainer.runtime_info``, and prints a plain progress line when the terminal is not
     interactive. The bar and the lines show ``ema_loss``, ``gaussians``, ``lr/means`` (the
     positions' learning rate; the first group's when there is no ``means``) and the last
-    validation's PSNR with its step (``val psnr 20.80 @400``). At each validation it writes
+    validation's test-view PSNR with its step (``test psnr 20.80 @400``). At each validation it writes
     val/psnr, val/ssim, val/lpips, a grid image per view for the first ``num_val_images``
     views (render | ground truth | error heat map | depth), histograms of opacities and
     log-scales, and prints the validation table and the line setting the training views' PSNR
