@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
 
+import cli_runner
 from conftest import REPO, needs_shared
 from lego_views import LEGO, lego_subset
 from splattrain.console import Console
@@ -85,8 +84,7 @@ def test_lego_trains_over_white_and_is_scored_on_every_test_view(tmp_path):
     assert results["steps"] == 40 and math.isfinite(results["psnr"]) and results["lpips"] is None
 
     env = {**os.environ, "TORCH_HOME": str(tmp_path / "no_weights")}
-    done = subprocess.run([sys.executable, "-m", "splattrain", "eval", str(run)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = cli_runner.run(["eval", str(run)], REPO, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads((run / "eval" / "step_000040" / "metrics.json").read_text())
     assert report["split"] == "test" and [view["view"] for view in report["per_view"]] == test
@@ -99,8 +97,7 @@ def test_lego_trains_over_white_and_is_scored_on_every_test_view(tmp_path):
 def test_a_lego_folder_without_its_test_file_names_the_missing_split(tmp_path):
     scene = lego_subset(tmp_path / "lego", train=[0], test=[0])
     (scene / "transforms_test.json").unlink()  # and no transforms_val.json to stand in
-    done = subprocess.run([sys.executable, "-m", "splattrain", "fit", "--config", str(PRESET), f"data.path={scene}",
-                           f"output_dir={tmp_path / 'run'}", "--dry-run"], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
+    done = cli_runner.run(["fit", "--config", str(PRESET), f"data.path={scene}", f"output_dir={tmp_path / 'run'}",
+                           "--dry-run"], REPO)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "transforms_test.json" in done.stderr and "Traceback" not in done.stderr

@@ -3,8 +3,6 @@ scaling with the run, the frequency-guided ``auto`` schedule, and what is refuse
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +17,7 @@ from splattrain.engine.resolution import ResolutionSchedule, auto_schedule, buil
 from splattrain.errors import ConfigError
 from splattrain.hooks import Hook
 
+import cli_runner
 from conftest import tiny_config_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -128,9 +127,8 @@ def test_auto_on_the_demo_and_its_header_line(tmp_path):
     schedule = trainer.resolution
     assert isinstance(schedule, ResolutionSchedule)
     assert schedule.levels[0][0] == 0 and 1 < schedule.levels[0][1] <= 4 and schedule.levels[-1] == (20, 1.0)
-    done = subprocess.run([sys.executable, "-m", "splattrain", "fit", "--config", str(tmp_path / "cfg.yaml"),
-                           "data.downscale=1", "trainer.resolution.schedule=auto", "trainer.max_steps=40", "writers=[]"],
-                          capture_output=True, text=True, cwd=REPO)
+    done = cli_runner.run(["fit", "--config", str(tmp_path / "cfg.yaml"), "data.downscale=1",
+                           "trainer.resolution.schedule=auto", "trainer.max_steps=40", "writers=[]"], REPO)
     assert done.returncode == 0, done.stderr
     log = (tmp_path / "run" / "log.txt").read_text()
     assert f"coarse-to-fine (trainer.resolution): training views at {schedule.describe()}" in log
@@ -148,8 +146,7 @@ def test_auto_on_the_demo_and_its_header_line(tmp_path):
 def test_bad_schedules_are_one_line(tmp_path, value, message):
     config = tmp_path / "cfg.yaml"
     config.write_text(tiny_config_text(tmp_path))
-    done = subprocess.run([sys.executable, "-m", "splattrain", "fit", "--config", str(config), "--dry-run",
-                           f"trainer.resolution.schedule={value}"], capture_output=True, text=True, cwd=REPO)
+    done = cli_runner.run(["fit", "--config", str(config), "--dry-run", f"trainer.resolution.schedule={value}"], REPO)
     assert done.returncode == 2
     assert message in done.stderr and "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
@@ -158,8 +155,7 @@ def test_a_config_naming_the_removed_hook_is_told_what_replaced_it(tmp_path):
     config = tmp_path / "cfg.yaml"
     config.write_text(tiny_config_text(tmp_path, extra="custom_hooks:\n  - {type: ResolutionScheduleHook, "
                                                       "schedule: [[0, 2], [5, 1]]}\n"))
-    done = subprocess.run([sys.executable, "-m", "splattrain", "fit", "--config", str(config), "--dry-run"],
-                          capture_output=True, text=True, cwd=REPO)
+    done = cli_runner.run(["fit", "--config", str(config), "--dry-run"], REPO)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "custom_hooks[0]" in lines[0] and "ResolutionScheduleHook was removed" in lines[0]
