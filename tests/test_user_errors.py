@@ -134,7 +134,7 @@ def test_ctrl_c_during_start_up_exits_130_quietly(tmp_path, trained):
     import signal
     import time
 
-    for extra_delay in (0.0, 0.1, 0.2, 0.4, 0.6, 0.9):
+    for extra_delay in (0.0, 0.2, 0.6):
         process = subprocess.Popen([sys.executable, "-m", "splattrain", "eval", str(trained)], cwd=REPO,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         maps = Path(f"/proc/{process.pid}/maps")
