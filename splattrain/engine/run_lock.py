@@ -1,29 +1,21 @@
-"""One training process per run directory: a lock file holding the PID of the process that owns it.
+"""One training process per run directory: the folder lock of :mod:`splattrain.folder_lock` (an
+``flock`` on ``<run_dir>/.splattrain.lock`` holding its holder's PID), with the run's own refusals;
+moving a run aside and removing the temporaries a killed run left.
 
 Hand-written rather than ``filelock`` because the message must name the process holding the
-lock, and a lock left by a killed process must be noticed and taken over. On POSIX the lock is
-an ``flock`` on ``<run_dir>/.splattrain.lock`` (the kernel drops it when its process dies);
-elsewhere the PID in the file is checked for a live process.
+lock, and a lock left by a killed process must be noticed and taken over.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import re
-import stat
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, List
 
 from ..errors import UserError
-
-try:  # POSIX
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
-
-LOCK_NAME = ".splattrain.lock"
+from ..folder_lock import LOCK_NAME, FolderLock, LockHeld, LockIsLink, LockNotRegular
 
 
 class RunDirectoryError(UserError):
@@ -39,58 +31,33 @@ class RunLock:
     def __init__(self, run_dir: Path, what: str = "run directory") -> None:
         self.run_dir = Path(run_dir)
         self.what = what
-        self.path = self.run_dir / LOCK_NAME
-        self._fd: Optional[int] = None
+        self._lock = FolderLock(self.run_dir)
+        self.path = self._lock.path
 
     def acquire(self, info: Callable[[str], None] = lambda message: None) -> "RunLock":
         """Take the lock (creating the directory); RunDirectoryError names the PID holding it.
 
         A lock file left by a process that no longer runs is taken over (``info`` says so).
         """
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        while True:
-            try:  # never through a symbolic link: the PID would be written into the file it points to
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK, 0o644)
-            except OSError as err:
-                if err.errno == errno.ELOOP or self.path.is_symlink():
-                    raise RunDirectoryError(f"lock file '{self.path}' is a symbolic link, which splattrain never "
-                                            "creates; remove it") from None
-                raise
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                os.close(fd)
-                raise RunDirectoryError(f"lock file '{self.path}' is not a regular file; remove it")
-            os.set_blocking(fd, True)
-            previous = _read_pid(fd)
-            if not _try_lock(fd, previous):
-                os.close(fd)
-                raise RunDirectoryError(
-                    f"{self.what} '{self.run_dir}' is in use by process {previous or '(unknown)'} "
-                    f"(lock file {self.path}); wait for it to end or choose another output_dir"
-                )
-            try:  # the file may have been removed and re-created by its previous owner meanwhile
-                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
+        try:
+            previous = self._lock.acquire()
+        except LockIsLink:
+            raise RunDirectoryError(f"lock file '{self.path}' is a symbolic link, which splattrain never "
+                                    "creates; remove it") from None
+        except LockNotRegular:
+            raise RunDirectoryError(f"lock file '{self.path}' is not a regular file; remove it") from None
+        except LockHeld as held:
+            raise RunDirectoryError(
+                f"{self.what} '{self.run_dir}' is in use by process {held.holder} "
+                f"(lock file {self.path}); wait for it to end or choose another output_dir"
+            ) from None
         if previous and previous != os.getpid():
             info(f"took over the lock of '{self.run_dir}' left by process {previous}, which no longer runs")
         return self
 
     def release(self) -> None:
         """Remove the lock file and drop the lock (no-op when not held)."""
-        if self._fd is None:
-            return
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            pass
-        os.close(self._fd)  # closing drops the flock
-        self._fd = None
+        self._lock.release()
 
 
 class RunLocks:
@@ -103,33 +70,6 @@ class RunLocks:
         """Drop every lock, the last taken first."""
         for lock in reversed(self.locks):
             lock.release()
-
-
-def _read_pid(fd: int) -> Optional[int]:
-    try:
-        return int(os.pread(fd, 32, 0).decode().strip() or 0) or None
-    except (ValueError, OSError):
-        return None
-
-
-def _try_lock(fd: int, holder: Optional[int]) -> bool:
-    if fcntl is not None:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            return False
-    return holder is None or holder == os.getpid() or not _alive(holder)  # pragma: no cover
-
-
-def _alive(pid: int) -> bool:  # pragma: no cover - only without flock
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def move_run_aside(run_dir: Path) -> Path:
