@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import cli_runner
-from conftest import REPO, tiny_config_text
+from conftest import tiny_config_text
 
 
 def fresh(args, cwd, env=None) -> subprocess.CompletedProcess:
