@@ -145,7 +145,10 @@ def matched_schedule(scene: Path, steps: int) -> Dict[str, int]:
 
     cfg = load_config(preset(scene), [*scene_overrides(scene), f"trainer.max_steps={steps}"])
     strategy = cfg.strategy
-    return {"refine_start_iter": int(strategy.refine_start_iter), "refine_stop_iter": int(strategy.refine_stop_iter),
+    stop = int(strategy.refine_stop_iter)
+    if int(strategy.get("refine_stop_max", 0) or 0) > 0:  # the preset's fixed bound on the end of refinement
+        stop = min(stop, int(strategy.refine_stop_max))
+    return {"refine_start_iter": int(strategy.refine_start_iter), "refine_stop_iter": stop,
             "refine_every": int(strategy.refine_every), "reset_every": int(strategy.reset_every),
             "sh_degree_interval": int(cfg.model.sh_degree_interval)}
 

@@ -45,6 +45,7 @@ class BudgetStrategy(DefaultStrategy):
     growth_power: float = 2.0
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.budget != "auto" and (isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 1):
             raise ConfigError(f"key 'strategy.budget' must be a positive count or 'auto', got {self.budget!r}")
         if not self.pixels_per_gaussian > 0:

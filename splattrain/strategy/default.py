@@ -10,7 +10,8 @@ import torch
 from torch import Tensor
 
 from ..registry import STRATEGIES
-from ..steps import Steps, Window
+from ..errors import ConfigError
+from ..steps import Count, Steps, Window
 from . import ops
 from .protocol import Info, Strategy
 from .statistics import accumulate_packed, accumulate_visible
@@ -28,7 +29,9 @@ class DefaultStrategy(Strategy):
     ``prune_scale3d`` x the scene scale. Every ``reset_every`` steps while refining, opacities
     are clamped to 2 x ``prune_opa`` (the 3DGS paper's reset). With ``max_gaussians`` > 0 growth
     stops at the cap: the candidates with the largest gradients go first. ``absgrad`` uses
-    absolute gradients (AbsGS; raise ``grow_grad2d`` to about 0.0008).
+    absolute gradients (AbsGS; raise ``grow_grad2d`` to about 0.0008). ``refine_stop_max`` > 0
+    ends refinement by that step however long the run (it is not scaled with the run):
+    ``refine_stop_iter`` becomes the smaller of the two.
     """
 
     prune_opa: float = 0.005
@@ -46,8 +49,15 @@ class DefaultStrategy(Strategy):
     absgrad: bool = False
     revised_opacity: bool = False
     max_gaussians: int = 0
+    refine_stop_max: Count = 0
 
     supports_cap = True
+
+    def __post_init__(self) -> None:
+        if self.refine_stop_max < 0:
+            raise ConfigError(f"key 'strategy.refine_stop_max' must be >= 0 (0: no bound), got {self.refine_stop_max}")
+        if self.refine_stop_max > 0:
+            self.refine_stop_iter = min(self.refine_stop_iter, self.refine_stop_max)
 
     def refines_at(self, step: int) -> bool:
         """Clone, split and prune after ``step``: every ``refine_every`` steps after
