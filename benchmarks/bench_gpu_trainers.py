@@ -125,7 +125,7 @@ def scene_overrides(scene: Path) -> List[str]:
     return [f"data.path={scene}", "data.downscale=1"]
 
 
-def splattrain_overrides(scene: Path, steps: int, strategy: str, out: Path, schedule: Dict[str, int],
+def splattrain_overrides(scene: Path, steps: int, strategy: str, out: Path, schedule: Dict[str, float],
                          cap_max: int) -> List[str]:
     """The preset's overrides for one full-resolution gsplat run of splattrain; mcmc with the
     preset's refinement steps (``schedule``) and gsplat's mcmc starting opacity and scale."""
@@ -135,12 +135,14 @@ def splattrain_overrides(scene: Path, steps: int, strategy: str, out: Path, sche
     if strategy == "mcmc":
         steps_of = ", ".join(f"{key}: {schedule[key]}" for key in ("refine_start_iter", "refine_stop_iter", "refine_every"))
         overrides += [f"strategy={{type: mcmc, max_gaussians: {cap_max}, {steps_of}}}",
+                      "loss.terms=null",  # the photometric default plus MCMC's own regularisers, as gsplat's mcmc
                       f"model.init.opacity={MCMC_INIT['opacity']}", f"model.init.scale_factor={MCMC_INIT['scale_factor']}"]
     return overrides
 
 
-def matched_schedule(scene: Path, steps: int) -> Dict[str, int]:
-    """The refinement schedule of the scene's preset at ``steps`` steps (scaled as a run gets it)."""
+def matched_schedule(scene: Path, steps: int) -> Dict[str, float]:
+    """The refinement schedule of the scene's preset at ``steps`` steps (scaled as a run gets it)
+    and the weight of its opacity regulariser (gsplat's ``opacity_reg``; 0 without one)."""
     from splattrain.engine import load_config
 
     cfg = load_config(preset(scene), [*scene_overrides(scene), f"trainer.max_steps={steps}"])
@@ -150,10 +152,11 @@ def matched_schedule(scene: Path, steps: int) -> Dict[str, int]:
         stop = min(stop, int(strategy.refine_stop_max))
     return {"refine_start_iter": int(strategy.refine_start_iter), "refine_stop_iter": stop,
             "refine_every": int(strategy.refine_every), "reset_every": int(strategy.reset_every),
-            "sh_degree_interval": int(cfg.model.sh_degree_interval)}
+            "sh_degree_interval": int(cfg.model.sh_degree_interval),
+            "opacity_reg": float(sum(t["weight"] for t in (cfg.loss.terms or []) if t["type"] == "opacity_reg"))}
 
 
-def gsplat_command(trainer: Path, strategy: str, scene: Path, steps: int, result: Path, schedule: Dict[str, int],
+def gsplat_command(trainer: Path, strategy: str, scene: Path, steps: int, result: Path, schedule: Dict[str, float],
                    cap_max: int, test_every: int = 8) -> List[str]:
     """gsplat's ``simple_trainer.py`` on the COLMAP project ``scene`` at full resolution, every
     ``test_every``-th image held out, evaluated and saved only at the last step."""
@@ -166,7 +169,7 @@ def gsplat_command(trainer: Path, strategy: str, scene: Path, steps: int, result
                "--strategy.refine-stop-iter", str(schedule["refine_stop_iter"]),
                "--strategy.refine-every", str(schedule["refine_every"])]
     if strategy == "default":
-        command += ["--strategy.reset-every", str(schedule["reset_every"])]
+        command += ["--strategy.reset-every", str(schedule["reset_every"]), "--opacity_reg", str(schedule["opacity_reg"])]
     else:
         command += ["--strategy.cap-max", str(cap_max)]
     return command
@@ -194,7 +197,7 @@ def into_splattrain_frame(params, gsplat_matrix, splattrain_matrix):
     return transform_gaussians(params, matrix)
 
 
-def run_splattrain(scene: Path, steps: int, strategy: str, schedule: Dict[str, int], cap_max: int,
+def run_splattrain(scene: Path, steps: int, strategy: str, schedule: Dict[str, float], cap_max: int,
                    extra: Sequence[str]) -> Dict[str, float]:
     import torch
 
@@ -228,7 +231,7 @@ def gsplat_data(scene: Path, extra: Sequence[str] = (), write: bool = True) -> T
     return folder, gsplat_project.write_project(load_config(preset(scene), [*scene_overrides(scene), *extra]), folder)
 
 
-def run_gsplat(trainer: Path, strategy: str, data: Tuple[Path, int], steps: int, schedule: Dict[str, int],
+def run_gsplat(trainer: Path, strategy: str, data: Tuple[Path, int], steps: int, schedule: Dict[str, float],
                cap_max: int) -> Dict[str, float]:
     result = OUT / f"gsplat_{strategy}"
     shutil.rmtree(result, ignore_errors=True)  # this benchmark's own run, replaced each time

@@ -103,7 +103,7 @@ def test_both_trainers_get_the_same_scene_steps_and_schedule(bench, scene, tmp_p
                                                              f"trainer.max_steps={steps}"])
     # the preset's scaled schedule: 7000-step settings times 2000/7000
     assert schedule == {"refine_start_iter": 143, "refine_stop_iter": 1143, "refine_every": 100,
-                        "reset_every": 2000, "sh_degree_interval": 0}
+                        "reset_every": 2000, "sh_degree_interval": 0, "opacity_reg": 0.01}
     assert schedule["refine_start_iter"] == preset.strategy.refine_start_iter
     for strategy in ("default", "mcmc"):
         command = bench.gsplat_command(examples / "simple_trainer.py", strategy, scene, steps, bench.OUT / f"gsplat_{strategy}",
@@ -116,6 +116,7 @@ def test_both_trainers_get_the_same_scene_steps_and_schedule(bench, scene, tmp_p
         assert flags["--strategy.refine-start-iter"] == "143" and flags["--strategy.refine-stop-iter"] == "1143"
         assert flags["--sh_degree_interval"] == "1"  # gsplat divides by it: 1 is its "from the start"
         assert ("--strategy.reset-every" in flags) == (strategy == "default")
+        assert flags.get("--opacity_reg") == ("0.01" if strategy == "default" else None)  # gsplat's mcmc has its own
         assert ("--strategy.cap-max" in flags) == (strategy == "mcmc")
         assert f"gsplat {strategy}: {' '.join(command[1:])}" in out
 
@@ -128,8 +129,10 @@ def test_both_trainers_get_the_same_scene_steps_and_schedule(bench, scene, tmp_p
         if strategy == "mcmc":
             assert cfg.strategy.max_gaussians == 300_000  # the preset's reset_every stays, ignored by mcmc
             assert cfg.model.init.opacity == 0.5 and cfg.model.init.scale_factor == 0.1
+            assert cfg.loss.terms is None  # the photometric default plus MCMC's opacity and scale terms
         else:
             assert cfg.strategy.reset_every == 2000
+            assert [t["type"] for t in cfg.loss.terms] == ["l1", "dssim", "opacity_reg"]
 
 
 def test_gsplat_scenes_move_into_splattrain_frame(bench):
@@ -160,7 +163,7 @@ def test_gsplat_scenes_move_into_splattrain_frame(bench):
 
 
 PAPER = {"refine_start_iter": 500, "refine_stop_iter": 15000, "refine_every": 100, "reset_every": 3000,
-         "sh_degree_interval": 1000}
+         "sh_degree_interval": 1000, "opacity_reg": 0.0}
 
 
 @pytest.mark.parametrize("where", ["demo", pytest.param("lego", marks=needs_shared(LEGO))])

@@ -24,7 +24,7 @@ from ..hooks.specs import build_hook, hook_sections
 from ..protocol import RunSchedule
 from ..io.gaussians_file import read_gaussians_file
 from ..io.limits import require_memory
-from ..losses import Loss, build_loss
+from ..losses import Loss, build_loss, unlisted_strategy_terms
 from ..model import init as model_init
 from ..model.gaussians import GaussianModel
 from ..optim import build_optimizers, build_schedulers
@@ -92,6 +92,8 @@ def build_components(cfg: DictConfig, dist: DistContext, background: torch.Tenso
     check_schedule(strategy, max_steps, warning)
     strategy.set_statistics_reducer(dist if dist.enabled else None)
     loss = build_loss(plain(cfg.loss), strategy.default_loss_terms())
+    for line in unlisted_strategy_terms(plain(cfg.loss), strategy.default_loss_terms()):
+        warning(line)
     loss.drop_unavailable(_LossContext(cfg, device, data, model, renderer), warning)
     renderer.extra_outputs = loss.needs_outputs  # the images the kept terms read (normals, distortion)
     optimizers = build_optimizers(model, cfg.optim, scene_scale)

@@ -80,6 +80,21 @@ def loss_specs(loss_cfg: Mapping[str, Any], strategy_terms: Sequence[Mapping[str
     return [{"type": "l1", "weight": 1.0 - lam}, {"type": "dssim", "weight": lam}, *map(dict, strategy_terms)]
 
 
+def unlisted_strategy_terms(loss_cfg: Mapping[str, Any], strategy_terms: Sequence[Mapping[str, Any]]) -> List[str]:
+    """One line per term the strategy asks for that an explicit ``loss.terms`` leaves out (so the
+    run goes without it), saying how to add it; none when ``loss.terms`` is not given."""
+    terms = loss_cfg.get("terms")
+    if terms is None:
+        return []
+    listed = {spec.get("type") for spec in terms}
+    return [f"loss.terms leaves out the strategy's own term {_yaml(spec)}: this run goes without it "
+            f"(add it to loss.terms to use it)" for spec in strategy_terms if spec["type"] not in listed]
+
+
+def _yaml(spec: Mapping[str, Any]) -> str:
+    return "{" + ", ".join(f"{key}: {value}" for key, value in spec.items()) + "}"
+
+
 def build_loss(loss_cfg: Mapping[str, Any], strategy_terms: Sequence[Mapping[str, Any]] = ()) -> Loss:
     """The :class:`Loss` of a ``loss`` section (see :func:`loss_specs`); a term's name is its
     ``name`` option or its type, with ``_2``, ``_3`` for repeats."""
