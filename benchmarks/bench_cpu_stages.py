@@ -6,7 +6,10 @@ The demo scene (data/demo, 128x128) with ``--gaussians`` random-init Gaussians, 
 view. ``--config`` and ``--data`` time another preset's scene (its checkpoint's Gaussians).
 Each stage is timed alone (median of ``--repeats`` after one warm-up), as a training step runs
 it (RGB, no depth channel): SH colours, projection, tile binning, compositing forward,
-compositing forward + backward, the loss, and a whole step (render + loss + backward). The
+compositing forward + backward, the loss, and a whole step (render + loss + backward); then the
+view's compositing work (tile intersections, pixel-Gaussian pairs within reach and those in front of
+each pixel's last contributor) and the compositing time per pair, to set against what the vector
+units can do. The
 projection, SH and compositing kernels are built for several instruction sets; ``--isa`` picks
 which ones to time (default: every one this CPU runs).
 
@@ -83,10 +86,11 @@ def random_model(trainer: Any, gaussians: int) -> GaussianModel:
 
 def stage_timers(gaussians: int, checkpoint: Optional[Path] = None, config: Path = REPO / "configs" / "demo.yaml",
                  data: Optional[Path] = None, overrides: Sequence[str] = (),
-                 view: Optional[Tuple[Any, Dict[str, Any]]] = None) -> Dict[str, Callable[[], object]]:
+                 view: Optional[Tuple[Any, Dict[str, Any]]] = None
+                 ) -> Tuple[Dict[str, Callable[[], object]], Tuple[int, int, int]]:
     """One callable per stage, on the first training view of ``config``'s scene (``data``:
     another data.path; ``view``: a :func:`first_view` already read), with random-init Gaussians or
-    the checkpoint's."""
+    the checkpoint's; and the view's compositing work (:func:`pair_counts`)."""
     trainer, batch = view or first_view(config, data, [f"model.init.num_points={gaussians}", *overrides])
     model = trainer.model
     if checkpoint is not None:
@@ -106,6 +110,7 @@ def stage_timers(gaussians: int, checkpoint: Optional[Path] = None, config: Path
     features = colors.clone().requires_grad_()  # RGB: training steps render no depth
     inputs = [t.clone().requires_grad_() for t in (proj.means2d, proj.conics, proj.opacities)]
     render, trans, _ = cpu._Composite.apply(*inputs, features, isects, width, height)
+    work = pair_counts(proj, isects, render.grad_fn.saved_tensors[-1][0], width, height)
     grads = (torch.randn_like(render), torch.randn_like(trans))
     image = render[..., :3].detach().clamp(0, 1).requires_grad_()
     renderer = RENDERERS.build({"type": "cpu"})
@@ -139,7 +144,35 @@ def stage_timers(gaussians: int, checkpoint: Optional[Path] = None, config: Path
         "compositing fwd + bwd": composite,
         "loss (fwd + bwd)": lambda: photometric_loss(image, batch["image"])["loss"].backward(),
         "whole step": step,
-    }
+    }, work
+
+
+def pair_counts(proj: Any, isects: Any, last: torch.Tensor, width: int, height: int,
+                chunk: int = 16384) -> Tuple[int, int, int]:
+    """The compositing work of one view: tile-Gaussian intersections, pixel-Gaussian pairs within
+    the Gaussian's reach (alpha at least 1/255, where the kernels evaluate it), and those of them at
+    or in front of each pixel's last contributor (``last``: [H, W], what the forward pass keeps)."""
+    size = isects.tile_size
+    offsets = torch.arange(size * size)
+    lane_x, lane_y = offsets % size, offsets // size
+    means, conics, opacities = proj.means2d[0].float(), proj.conics[0].float(), proj.opacities[0].float()
+    total = isects.flatten_ids.numel()
+    reached = in_front = 0
+    for start in range(0, total, chunk):
+        k = torch.arange(start, min(start + chunk, total))
+        tile = (isects.isect_ids[k] >> 32) & 0xFFFFFFFF
+        g = isects.flatten_ids[k].long()
+        px = (tile % isects.tile_width * size)[:, None] + lane_x
+        py = (tile // isects.tile_width * size)[:, None] + lane_y
+        inside = (px < width) & (py < height)
+        dx, dy = px + 0.5 - means[g, :1], py + 0.5 - means[g, 1:]
+        a, b, c = conics[g, 0:1], conics[g, 1:2], conics[g, 2:3]
+        sigma = 0.5 * (a * dx * dx + c * dy * dy) + b * dx * dy
+        reach = inside & (sigma >= 0) & (opacities[g, None] * torch.exp(-sigma) >= 1.0 / 255.0)
+        stop = last[py.clamp(max=height - 1), px.clamp(max=width - 1)]
+        reached += int(reach.sum())
+        in_front += int((reach & (k[:, None] <= stop)).sum())
+    return total, reached, in_front
 
 
 def least_cpu_ms(fn: Callable[[], object], warmup: int, repeats: int) -> float:
@@ -189,7 +222,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     measure = least_cpu_ms if args.cpu_time else median_ms
     camera = view[1]["camera"][0]
     for gaussians in args.gaussians:
-        timers = stage_timers(gaussians, args.checkpoint, args.config, args.data, overrides, view)
+        timers, (intersections, reached, in_front) = stage_timers(gaussians, args.checkpoint, args.config,
+                                                                  args.data, overrides, view)
         scene = f"{args.checkpoint}" if args.checkpoint else f"{gaussians} Gaussians (random init)"
         print(f"torch {torch.__version__}, {loop_threads()} threads, {args.config.name} scene, "
               f"{camera.width}x{camera.height}, {scene}, "
@@ -205,6 +239,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             library.use_instruction_set(None)
         for stage, values in rows.items():
             print(f"{stage:>24}" + "".join(f"{value:10.2f}" for value in values))
+        print(f"work: {intersections:,} tile intersections, {reached:,} pixel-Gaussian pairs within reach "
+              f"(alpha >= 1/255), {in_front:,} of them at or before each pixel's last contributor")
+        for stage in ("compositing fwd", "compositing fwd + bwd"):
+            per_pair = "".join(f"{1e6 * ms / max(in_front, 1):10.2f}" for ms in rows[stage])
+            print(f"{stage + ' ns a pair':>24}{per_pair}   (of the pairs before the last contributor)")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import needs_shared
 from lego_views import LEGO, lego_subset
@@ -92,3 +93,39 @@ def test_the_lego_step_is_timed_by_stage_for_each_count(tmp_path, capsys, monkey
     assert "300 Gaussians (random init)" in headers[0] and "700 Gaussians (random init)" in headers[1]
     steps = [float(line.split()[-1]) for line in said.splitlines() if line.strip().startswith("whole step")]
     assert len(steps) == 2 and all(ms > 0 for ms in steps)
+
+
+def test_the_compositing_work_counts_every_pixel_gaussian_pair_within_reach(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS[0].parent))
+    bench = _bench("bench_cpu_stages")
+    from splattrain.render import cpu_rasterizer as cpu
+
+    generator = torch.Generator().manual_seed(3)
+    width, height, n = 45, 37, 60
+    means2d = torch.rand(1, n, 2, generator=generator) * torch.tensor([width, height]) * 1.2 - 3
+    scale = 0.5 + 3 * torch.rand(1, n, 2, generator=generator)
+    conics = torch.stack([1 / scale[..., 0] ** 2, 0.2 * torch.rand(1, n, generator=generator) / scale.prod(-1),
+                          1 / scale[..., 1] ** 2], dim=-1)
+    opacities = 0.05 + 0.9 * torch.rand(1, n, generator=generator)
+    a, b, c = conics.unbind(-1)  # the covariance's largest eigenvalue sets the reach: 3.5 of its deviations
+    det = a * c - b * b
+    largest = 0.5 * (a + c) / det + ((0.5 * (a - c) / det) ** 2 + (b / det) ** 2).sqrt()
+    radii = (3.5 * largest.sqrt()).ceil().int()[..., None].expand(1, n, 2)
+    depths = torch.rand(1, n, generator=generator) + 1
+    isects = cpu.intersect_tiles(means2d, radii, depths, width, height, 16, conics, opacities)
+
+    class Projection:
+        pass
+
+    proj = Projection()
+    proj.means2d, proj.conics, proj.opacities = means2d, conics, opacities
+    everything = torch.full((height, width), isects.flatten_ids.numel())
+    total, reached, in_front = bench.pair_counts(proj, isects, everything, width, height, chunk=7)
+    # every pixel against every Gaussian, without the tiles
+    ys, xs = torch.meshgrid(torch.arange(height) + 0.5, torch.arange(width) + 0.5, indexing="ij")
+    dx, dy = xs[..., None] - means2d[0, :, 0], ys[..., None] - means2d[0, :, 1]
+    sigma = 0.5 * (conics[0, :, 0] * dx * dx + conics[0, :, 2] * dy * dy) + conics[0, :, 1] * dx * dy
+    brute = int(((sigma >= 0) & (opacities[0] * torch.exp(-sigma) >= 1 / 255)).sum())
+    assert total == isects.flatten_ids.numel() and reached == in_front == brute > 0
+    nothing = torch.full((height, width), -1)
+    assert bench.pair_counts(proj, isects, nothing, width, height)[2] == 0

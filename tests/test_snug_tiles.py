@@ -96,3 +96,13 @@ def test_each_listed_tile_is_one_the_ellipse_reaches(library, tile_size):
     found = torch.tensor([(i, t) in listed for i, t in zip(ids.tolist(), tiles.tolist())])
     assert 0 < int(found.sum()) < 0.8 * len(found)
     assert torch.equal(found[~unsure], reached[~unsure])
+
+
+def test_inputs_of_the_wrong_shape_are_refused_before_the_kernels_read_them():
+    means2d, depths = torch.zeros(1, 4, 2), torch.ones(1, 4)
+    radii = torch.full((1, 4, 2), 3, dtype=torch.int32)
+    assert cpu.intersect_tiles(means2d, radii, depths, 32, 32, 16).flatten_ids.numel() == 4
+    with pytest.raises(ValueError, match=r"radii has shape \(1, 4\), expected \(1, 4, 2\)"):
+        cpu.intersect_tiles(means2d, radii[..., 0], depths, 32, 32, 16)
+    with pytest.raises(ValueError, match="conics has shape"):
+        cpu.intersect_tiles(means2d, radii, depths, 32, 32, 16, torch.ones(1, 4, 2), torch.ones(1, 4))

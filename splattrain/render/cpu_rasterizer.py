@@ -151,9 +151,14 @@ def intersect_tiles(
     :func:`splattrain.render.projection.intersect_tiles` (every tile of each Gaussian's
     bounding rectangle). With them, tiles of the rectangle that the Gaussian's ellipse at the
     alpha threshold misses are left out: they hold no pixel it contributes to, so compositing
-    gives the same images and gradients from fewer intersections.
+    gives the same images and gradients from fewer intersections. Shapes: ``means2d`` [C, N, 2],
+    ``radii`` [C, N, 2] (x and y), ``depths`` and ``opacities`` [C, N], ``conics`` [C, N, 3].
     """
     n_cams, n_gauss = depths.shape
+    for name, tensor, shape in (("means2d", means2d, (n_cams, n_gauss, 2)), ("radii", radii, (n_cams, n_gauss, 2)),
+                                ("conics", conics, (n_cams, n_gauss, 3)), ("opacities", opacities, (n_cams, n_gauss))):
+        if tensor is not None and tuple(tensor.shape) != shape:  # the kernels read these sizes unchecked
+            raise ValueError(f"intersect_tiles: {name} has shape {tuple(tensor.shape)}, expected {shape}")
     tile_width, tile_height = math.ceil(width / tile_size), math.ceil(height / tile_size)
     means2d, radii = means2d.contiguous(), radii.int().contiguous()
     depths = depths.float().contiguous()
