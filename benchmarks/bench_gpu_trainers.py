@@ -144,13 +144,11 @@ def matched_schedule(scene: Path, steps: int) -> Dict[str, float]:
     """The refinement schedule of the scene's preset at ``steps`` steps (scaled as a run gets it)
     and the weight of its opacity regulariser (gsplat's ``opacity_reg``; 0 without one)."""
     from splattrain.engine import load_config
+    from splattrain.strategy.build import build_strategy
 
     cfg = load_config(preset(scene), [*scene_overrides(scene), f"trainer.max_steps={steps}"])
-    strategy = cfg.strategy
-    stop = int(strategy.refine_stop_iter)
-    if int(strategy.get("refine_stop_max", 0) or 0) > 0:  # the preset's fixed bound on the end of refinement
-        stop = min(stop, int(strategy.refine_stop_max))
-    return {"refine_start_iter": int(strategy.refine_start_iter), "refine_stop_iter": stop,
+    strategy = build_strategy(cfg.strategy)  # its window as a run has it (refine_stop_max applied)
+    return {"refine_start_iter": int(strategy.refine_start_iter), "refine_stop_iter": int(strategy.refine_stop_iter),
             "refine_every": int(strategy.refine_every), "reset_every": int(strategy.reset_every),
             "sh_degree_interval": int(cfg.model.sh_degree_interval),
             "opacity_reg": float(sum(t["weight"] for t in (cfg.loss.terms or []) if t["type"] == "opacity_reg"))}

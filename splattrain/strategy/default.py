@@ -31,7 +31,8 @@ class DefaultStrategy(Strategy):
     stops at the cap: the candidates with the largest gradients go first. ``absgrad`` uses
     absolute gradients (AbsGS; raise ``grow_grad2d`` to about 0.0008). ``refine_stop_max`` > 0
     ends refinement by that step however long the run (it is not scaled with the run):
-    ``refine_stop_iter`` becomes the smaller of the two.
+    ``refine_stop_iter`` becomes the smaller of the two, and ``refine_start_iter`` is at most a
+    quarter of it, so that a run long enough to scale the start past the bound still refines.
     """
 
     prune_opa: float = 0.005
@@ -58,6 +59,7 @@ class DefaultStrategy(Strategy):
             raise ConfigError(f"key 'strategy.refine_stop_max' must be >= 0 (0: no bound), got {self.refine_stop_max}")
         if self.refine_stop_max > 0:
             self.refine_stop_iter = min(self.refine_stop_iter, self.refine_stop_max)
+            self.refine_start_iter = min(self.refine_start_iter, self.refine_stop_max // 4)
 
     def refines_at(self, step: int) -> bool:
         """Clone, split and prune after ``step``: every ``refine_every`` steps after
