@@ -12,6 +12,7 @@ from conftest import REPO
 from splattrain.console import Console
 from splattrain.data.colmap_model import read_model, write_model
 from splattrain.engine import DefaultTrainer, load_config
+from splattrain.strategy.build import build_strategy
 from test_colmap import make_colmap
 
 PRESET = REPO / "configs" / "colmap.yaml"
@@ -72,3 +73,13 @@ def test_a_strategy_whose_own_terms_the_presets_list_leaves_out_is_warned_about(
     assert [w for w in warnings if "leaves out" in w] == [
         "loss.terms leaves out the strategy's own term {type: scale_reg, weight: 0.01}: this run goes without it "
         "(add it to loss.terms to use it)"]
+
+
+def test_the_headers_recipe_gives_the_3dgs_30k_schedule_and_loss():
+    header = PRESET.read_text().split("The 3DGS 30k schedule exactly:")[1].split("\nname:")[0]
+    overrides = header.replace("#", " ").replace("\\", " ").split()
+    cfg = load_config(PRESET, ["data.path=x", *overrides])
+    strategy = build_strategy(cfg.strategy)
+    assert cfg.trainer.max_steps == 30000 and cfg.model.sh_degree_interval == 1000
+    assert (strategy.refine_start_iter, strategy.refine_stop_iter, strategy.reset_every) == (500, 15000, 3000)
+    assert cfg.loss.terms is None  # L1 and D-SSIM alone, as 3DGS
