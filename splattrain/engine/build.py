@@ -91,8 +91,9 @@ def build_components(cfg: DictConfig, dist: DistContext, background: torch.Tenso
     ))
     check_schedule(strategy, max_steps, warning)
     strategy.set_statistics_reducer(dist if dist.enabled else None)
-    loss = build_loss(plain(cfg.loss), strategy.default_loss_terms())
-    for line in unlisted_strategy_terms(plain(cfg.loss), strategy.default_loss_terms()):
+    strategy_terms = strategy.default_loss_terms()
+    loss = build_loss(plain(cfg.loss), strategy_terms)
+    for line in unlisted_strategy_terms(plain(cfg.loss), strategy_terms):
         warning(line)
     loss.drop_unavailable(_LossContext(cfg, device, data, model, renderer), warning)
     renderer.extra_outputs = loss.needs_outputs  # the images the kept terms read (normals, distortion)
