@@ -49,6 +49,8 @@ def test_the_presets_30000_step_run_is_the_3dgs_papers():
     assert (cfg.data.type, cfg.data.downscale, list(cfg.data.background)) == ("blender", 1.0, [1.0, 1.0, 1.0])
     assert cfg.data.test_split == "test" and not cfg.data.random_background
     assert cfg.trainer.max_steps == 30000 and cfg.trainer.val_interval == 15000
+    # the one departure: coarse-to-fine up to the first opacity reset (1/4, 1/2, then full size)
+    assert OmegaConf.to_container(cfg.trainer.resolution.schedule) == [[0, 4], [1000, 2], [3000, 1]]
 
 
 def test_the_default_7000_steps_keep_the_papers_proportions():
@@ -58,6 +60,7 @@ def test_the_default_7000_steps_keep_the_papers_proportions():
     assert (strategy.refine_start_iter, strategy.refine_stop_iter, strategy.reset_every) == (117, 3500, 700)
     assert strategy.refine_every == 100  # a statistics window: not scaled
     assert cfg.model.sh_degree_interval == 233 and cfg.trainer.val_interval == 3500
+    assert OmegaConf.to_container(cfg.trainer.resolution.schedule) == [[0, 4], [233, 2], [700, 1]]
 
 
 @needs_shared(LEGO)
