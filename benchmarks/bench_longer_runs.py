@@ -2,13 +2,16 @@
 of run lengths (2000 / 7000 / 28000 steps), one run per length, for each variant given.
 
     python benchmarks/bench_longer_runs.py [--scene PATH ...] [--dome] [--variants original half_orbit ...]
-        [--steps 2000 7000 28000] [--size WIDTH] [--stop-at STEP] [--out DIR] [--config FILE]
+        [--processed N] [--steps 2000 7000 28000] [--size WIDTH] [--stop-at STEP] [--out DIR] [--config FILE]
         [dotted.key=value ...]
 
 Each ``--scene`` (a COLMAP scene folder; default ``../shared/scenes/cup``) and, with ``--dome``, the
 dome of ``splattrain.synthetic.large_scene`` (``--dome-views``, ``--dome-width``; written once into
 ``--out``) is turned into the capture variants of :mod:`splattrain.synthetic.capture_variants`
-(written once into ``--out``; ``--size`` shrinks the photos first). Every variant then trains
+(written once into ``--out``; ``--size`` shrinks the photos first); ``--processed N`` adds a scene
+``splattrain process`` makes of every N-th photo of each ``--scene`` (in capture order, numbers in
+names compared as numbers; needs the ``process`` extra), scored on its every 8th photo as the
+reader's default split picks them. Every variant then trains
 with the preset and ``trainer.max_steps`` = each ``--steps`` value alone, so the schedule follows
 the run as a user who trains longer gets it. The row of a run: test PSNR (every test view; the
 variant's own test views), the training views' PSNR, Gaussians, "train s" (the steps) and "wall s"
@@ -26,7 +29,9 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import re
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -88,7 +93,33 @@ def scenes(args: argparse.Namespace) -> Dict[str, Path]:
         if missing:
             write_variants(source, folder, missing, args.size)
         found.update({f"{name}/{v}": folder / v for v in args.variants})
+    for scene in args.scene if args.processed else []:
+        found[f"{scene.name}/processed_{args.processed}"] = processed_variant(scene, args.processed, args.out)
     return found
+
+
+def capture_order(path: Path) -> list:
+    """A photo's sort key: its name with each run of digits compared as a number (``2.jpg`` before ``10.jpg``)."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+
+
+def processed_variant(source: Path, every: int, out: Path) -> Path:
+    """The scene ``splattrain process`` makes of every ``every``-th photo of ``source``, written once
+    (with a ``variant.json`` whose overrides keep the reader's default split)."""
+    folder = out / "variants" / source.name / f"processed_{every}"
+    if (folder / "variant.json").is_file():
+        return folder
+    photos = sorted((p for p in (source / "images").iterdir() if p.is_file()), key=capture_order)[::every]
+    staged = out / "sources" / f"{source.name}_every_{every}"
+    staged.mkdir(parents=True, exist_ok=True)
+    for photo in photos:
+        shutil.copyfile(photo, staged / photo.name)
+    subprocess.run([sys.executable, "-m", "splattrain", "process", str(staged), str(folder)], check=True,
+                   stdout=subprocess.DEVNULL)
+    doc = {"variant": f"processed_{every}", "source": source.name, "views": len(photos), "test_images": [],
+           "overrides": []}
+    (folder / "variant.json").write_text(json.dumps(doc, indent=1) + "\n")
+    return folder
 
 
 def run_length(name: str, folder: Path, steps: int, args: argparse.Namespace, extra: Sequence[str]) -> Dict[str, Any]:
@@ -147,9 +178,12 @@ def parse_args(argv: Optional[Sequence[str]] = None):
     parser.add_argument("--dome-views", type=int, default=64)
     parser.add_argument("--dome-width", type=int, default=600)
     parser.add_argument("--dome-points", type=int, default=100_000)
-    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--variants", nargs="*", choices=VARIANTS, default=list(VARIANTS),
+                        help="the capture variants (none: only --processed's scene)")
     parser.add_argument("--steps", type=int, nargs="+", default=STEPS, help="the run lengths (trainer.max_steps)")
     parser.add_argument("--size", type=int, default=None, help="shrink the photos to this width first")
+    parser.add_argument("--processed", type=int, metavar="N", help="also a scene `splattrain process` makes of "
+                        "every N-th photo of each --scene")
     parser.add_argument("--stop-at", type=int, help="end every unfinished run after this step, with a checkpoint")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--config", type=Path, default=REPO / "configs" / "colmap.yaml")

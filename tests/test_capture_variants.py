@@ -134,3 +134,21 @@ def test_the_benchmark_prints_the_ladder_and_runs_in_parts(tmp_path):
     assert float(rows[("dome/original", "4")][2]) == pytest.approx(results["psnr"], abs=0.006)
     assert (tmp_path / "runs" / "dome" / "original" / "steps_2" / "results.json").read_bytes() == finished_2
     assert "go on" not in second.stdout
+
+
+@pytest.mark.slow  # COLMAP on real photos
+@needs_shared(CUP)
+def test_the_benchmark_adds_a_scene_process_makes_of_every_nth_photo(tmp_path):
+    scene = tmp_path / "cup16"
+    (scene / "images").mkdir(parents=True)
+    for n in range(1, 17):  # out of name order on disk: 10.jpg sorts before 2.jpg as text
+        (scene / "images" / f"{n}.jpg").write_bytes((CUP / "images" / f"{n}.jpg").read_bytes())
+    result = _bench("--scene", str(scene), "--variants", "--processed", "2", "--steps", "2", "--out",
+                    str(tmp_path / "out"), "metrics.lpips=false", "trainer.val_interval=0", "data.downscale=8")
+    assert result.returncode == 0, result.stderr
+    staged = tmp_path / "out" / "sources" / "cup16_every_2"
+    assert sorted(p.name for p in staged.iterdir()) == sorted(f"{n}.jpg" for n in range(1, 17, 2))
+    folder = tmp_path / "out" / "variants" / "cup16" / "processed_2"
+    assert (folder / "sparse" / "0").is_dir() and json.loads((folder / "variant.json").read_text())["overrides"] == []
+    rows = _table(result.stdout)[1:]
+    assert len(rows) == 1 and rows[0].split()[:2] == ["cup16/processed_2", "2"]
