@@ -10,7 +10,8 @@ For each strategy (gsplat's ``default`` and ``mcmc``) it trains the scene (defau
 twice on the CUDA device:
 
 - splattrain: the scene's preset (``configs/colmap.yaml``, or ``configs/blender.yaml`` for a folder
-  with ``transforms_train.json``) with ``data.downscale=1 renderer.type=gsplat`` (in this process;
+  with ``transforms_train.json``) with ``data.downscale=1 trainer.resolution.schedule=null
+  renderer.type=gsplat`` (full size from the first step, as gsplat trains) (in this process;
   extra ``dotted.key=value`` arguments go to it), mcmc as gsplat's mcmc preset sets it (starting
   opacity 0.5, starting scale 0.1, ``--cap-max`` Gaussians);
 - gsplat: its ``examples/simple_trainer.py default|mcmc`` with ``--data_factor 1``, the same
@@ -121,8 +122,9 @@ def preset(scene: Path) -> Path:
 
 
 def scene_overrides(scene: Path) -> List[str]:
-    """The scene's preset at its full resolution."""
-    return [f"data.path={scene}", "data.downscale=1"]
+    """The scene's preset at its full resolution, from the first step (no coarse-to-fine start: gsplat's
+    trainer has none, and the step times compare full-size steps)."""
+    return [f"data.path={scene}", "data.downscale=1", "trainer.resolution.schedule=null"]
 
 
 def splattrain_overrides(scene: Path, steps: int, strategy: str, out: Path, schedule: Dict[str, float],

@@ -191,6 +191,7 @@ def test_a_blender_scene_gets_its_preset_and_the_protocols_30000_steps(bench, wh
     cfg = load_config(bench.preset(scene), overrides)
     assert cfg.renderer.type == "gsplat" and cfg.data.downscale == 1 and cfg.trainer.max_steps == 30000
     assert list(cfg.data.background) == [1.0, 1.0, 1.0] and cfg.strategy.refine_start_iter == 500
+    assert cfg.trainer.resolution.schedule is None  # full size from the first step, as gsplat's trainer
 
 
 def test_a_blender_scene_becomes_the_colmap_project_gsplat_reads(bench, tmp_path):
