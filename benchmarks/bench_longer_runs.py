@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -194,6 +194,8 @@ def parse_args(argv: Optional[Sequence[str]] = None):
         parser.error(f"unrecognized arguments: {' '.join(bad)} (splattrain's options are dotted.key=value)")
     if min(args.steps) < 1:
         parser.error("--steps: the run lengths must be positive")
+    if args.processed is not None and args.processed < 1:
+        parser.error("--processed: every N-th photo needs N >= 1")
     args.scene = [CUP] if args.scene is None and not args.dome else list(args.scene or [])
     missing = [str(s) for s in args.scene if not s.is_dir()]
     if missing:
