@@ -16,7 +16,8 @@ is the run's own final validation on every test view (PSNR, SSIM, LPIPS: null wi
 Two clocks, each summed over the parts of the run: "train s", the training steps (densification
 included; loading, validation and checkpoints left out), and "wall s", the run from reading its
 config on (loading the scene, the preset's validations and checkpoints included, each part's own).
-Per target PSNR: the first ladder step that reached it, with both times.
+Per target PSNR: the first ladder step that reached it, with both times. "peak MiB": the
+process's peak resident memory by that step (a run in parts: the part's own process).
 
 A run may be done in parts: ``--stop-at STEP`` ends it after STEP with a checkpoint (so does
 Ctrl-C), and ``--resume`` continues every scene from its newest checkpoint with the run's own exact
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import math
 import shlex
 import shutil
@@ -124,10 +126,15 @@ class LadderHook(Hook):
         self.records = [r for r in self.records if r["step"] < step]
         self.records.append({"step": step, "train_seconds": round(trainer.train_seconds, 3),
                              "wall_seconds": round(self.wall(), 3), "psnr": score, "views": views,
-                             "gaussians": trainer.model.num_gaussians, **more})
+                             "gaussians": trainer.model.num_gaussians, "peak_rss_mib": peak_rss_mib(), **more})
         self.out.mkdir(parents=True, exist_ok=True)
         text = json.dumps({"finished": self.finished, "ladder": self.records}, indent=2) + "\n"
         (self.out / "ladder.json").write_text(text)
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory so far, MiB (a run in parts: its own part's)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def preset_for(scene: Path, preset: str) -> Path:
@@ -160,11 +167,11 @@ def run_scene(scene: Path, args: argparse.Namespace, extra: Sequence[str]) -> Di
 
 def report(name: str, run: Dict[str, Any], targets: Sequence[float]) -> None:
     print(f"\n{name}: test PSNR along the run")
-    print(f"{'step':>7} {'train s':>9} {'wall s':>9} {'PSNR dB':>8} {'views':>6} {'Gaussians':>10}")
+    print(f"{'step':>7} {'train s':>9} {'wall s':>9} {'PSNR dB':>8} {'views':>6} {'Gaussians':>10} {'peak MiB':>9}")
     for r in run["ladder"]:
         shown = "null" if r["psnr"] is None else f"{r['psnr']:.2f}"
         print(f"{r['step']:7d} {r['train_seconds']:9.1f} {r['wall_seconds']:9.1f} {shown:>8} {r['views']:6d} "
-              f"{r['gaussians']:10,d}")
+              f"{r['gaussians']:10,d} {_shown(r.get('peak_rss_mib'), '.0f'):>9}")
     if run["finished"]:
         last = run["ladder"][-1]
         print(f"{name}: final, every test view: PSNR {_shown(last['psnr'], '.2f')}, SSIM {_shown(last['ssim'], '.4f')}, "

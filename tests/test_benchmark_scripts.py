@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import resource
 import runpy
 import sys
 from pathlib import Path
@@ -74,6 +75,8 @@ def test_the_lego_ladder_runs_straight_and_in_parts(tmp_path, capsys):
     before, last = first["ladder"][-1], resumed["ladder"][-1]
     assert last["train_seconds"] > before["train_seconds"] and last["wall_seconds"] > before["wall_seconds"]
     assert last["ssim"] is not None and last["lpips"] is None
+    # each record: the process's peak resident memory by then, as the kernel counts it
+    assert 0 < last["peak_rss_mib"] <= resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     assert bench.main([*parts, "--resume"]) == 0  # finished: reported as it stands
     assert json.loads((tmp_path / "parts" / "lego" / "ladder.json").read_text()) == resumed
