@@ -65,8 +65,10 @@ def test_each_variant_is_a_scene_with_what_it_names(dome, tmp_path):
     assert np.ptp(turn) <= math.pi
     ranked = [half.views[i].name for i in np.argsort(turn)]
     assert set(scenes["half_orbit"][1]["test_images"]) == {ranked[0], ranked[-1]}
-    # every fourth photo
-    assert [v.name for v in read_capture(written["every_fourth"]).views] == names[::4]
+    # every fourth photo from the third, beside the full capture's test views (none trains)
+    sparse = [v.name for v in read_capture(written["every_fourth"]).views]
+    assert sparse == sorted(names[2::4] + names[::8]) and scenes["every_fourth"][1]["test_images"] == names[::8]
+    assert not set(names[2::4]) & set(names[::8])
     # 1/8 resolution, intrinsics following; trained as it is
     eighth = read_model(written["eighth_res"] / "sparse" / "0")
     camera = eighth.cameras[1]
@@ -93,7 +95,7 @@ def test_each_variant_is_a_scene_with_what_it_names(dome, tmp_path):
 def test_the_cup_variants_load(tmp_path):
     written = write_variants(CUP, tmp_path, VARIANTS, width=40)
     counts = {variant: len(_load(folder)[0].train) + len(_load(folder)[0].test) for variant, folder in written.items()}
-    assert counts["original"] == 77 and counts["every_fourth"] == 20 and counts["eighth_res"] == 77
+    assert counts["original"] == 77 and counts["every_fourth"] == 29 and counts["eighth_res"] == 77
     assert 30 <= counts["half_orbit"] < 77
 
 

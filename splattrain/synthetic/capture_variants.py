@@ -12,7 +12,8 @@ train it with: ``overrides``, as ``dotted.key=value``):
 - ``original``: the scene as it is (at ``--size``), for reference.
 - ``half_orbit``: the cameras of the half of the orbit that holds the most of them; the test views
   are the cameras at the two ends of that arc (views the training photos only partly cover).
-- ``every_fourth``: every fourth photo (by name), as a sparse capture.
+- ``every_fourth``: every fourth photo (by name, from the third), as a sparse capture, with the
+  full capture's test views to score it on (none of them is a training photo).
 - ``eighth_res``: the photos at 1/8 of their size (intrinsics follow), trained as they are
   (``data.downscale=1``).
 - ``pose_noise``: each training camera turned by ``--degrees`` about a random axis and moved by
@@ -20,8 +21,8 @@ train it with: ``overrides``, as ``dotted.key=value``):
 - ``distorted``: the photos warped by an OPENCV lens (k1, k2), written with that camera model, so
   the reader undistorts them at load (pinhole scenes only).
 
-The test views of every variant but ``half_orbit`` are those the reader's default split picks
-(every 8th photo by name), listed explicitly in the overrides; ``--size`` shrinks every photo to
+The test views of every variant but ``half_orbit`` are those the reader's default split picks on
+the full capture (every 8th photo by name), listed explicitly in the overrides; ``--size`` shrinks every photo to
 that width first (a small copy for quick runs).
 """
 
@@ -175,9 +176,9 @@ def make_variant(capture: Capture, variant: str, *, degrees: float = 0.5, shift:
     if variant == "half_orbit":
         views, tests = half_orbit(views)
         return views, tests, extra
-    if variant == "every_fourth":
-        views = views[::4]
     tests = default_test_names([v.name for v in views])
+    if variant == "every_fourth":  # a sparse capture beside the full capture's test views
+        views = [view for index, view in enumerate(views) if index % 4 == 2 or view.name in tests]
     if variant == "eighth_res":
         views = [resized(v, 1 / 8) for v in views]
         extra = ["data.downscale=1"]
