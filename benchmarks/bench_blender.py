@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import math
+import resource
 import shlex
 import shutil
 import sys

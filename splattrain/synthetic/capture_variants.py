@@ -22,8 +22,8 @@ train it with: ``overrides``, as ``dotted.key=value``):
   the reader undistorts them at load (pinhole scenes only).
 
 The test views of every variant but ``half_orbit`` are those the reader's default split picks on
-the full capture (every 8th photo by name), listed explicitly in the overrides; ``--size`` shrinks every photo to
-that width first (a small copy for quick runs).
+the full capture (every 8th photo by name), listed explicitly in the overrides; ``--size`` shrinks
+every photo to that width first (a small copy for quick runs).
 """
 
 from __future__ import annotations
