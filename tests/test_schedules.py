@@ -43,6 +43,8 @@ def cos_anneal(start, end, pct):
         ({"type": "step", "step_size": 25, "gamma": 0.5}, {24: 1.0, 25: 0.5, 50: 0.25, 99: 0.125}),
         ({"type": "exp", "gamma": 0.99}, {0: 1.0, 10: 0.99**10, 73: 0.99**73}),
         ({"type": "exp", "min_ratio": 0.01}, {0: 1.0, 50: 0.1, 100: 0.01}),
+        ({"type": "exp", "min_ratio": 0.01, "stop_max": 40}, {0: 1.0, 20: 0.1, 40: 0.01, 41: 0.01, 100: 0.01}),
+        ({"type": "exp", "min_ratio": 0.01, "stop_max": 400}, {0: 1.0, 50: 0.1, 100: 0.01}),  # past the run: no bound
         ({"type": "poly", "power": 2.0, "min_ratio": 0.1}, {0: 1.0, 50: 0.9 * 0.25 + 0.1, 100: 0.1}),
         ({"type": "inv", "gamma": 0.1, "power": 0.5}, {0: 1.0, 30: 0.5, 80: 1 / 3}),
         ({"type": "cosine"}, {0: 1.0, 25: cos_anneal(1, 0, 0.25), 50: 0.5, 100: 0.0}),
@@ -134,6 +136,8 @@ def test_a_zero_means_rate_stays_zero():
         ({"scales": {"type": "cosine", "gamma": 0.1}}, "optim.schedules.scales: gamma not an option"),
         ({"scales": {"type": "step"}}, "either milestones"),
         ({"scales": {"type": "exp", "gamma": 0.9, "min_ratio": 0.1}}, "either gamma"),
+        ({"scales": {"type": "exp", "gamma": 0.9, "stop_max": 10}}, "stop_max bounds the decay to min_ratio"),
+        ({"scales": {"type": "exp", "min_ratio": 0.1, "stop_max": -1}}, "stop_max must be a step count"),
         ({"scales": {"type": "cosine", "momentum": [0.8, 0.9]}}, "momentum not an option"),
         ({"colors": {"type": "cosine"}}, "colors not a parameter group"),
     ],

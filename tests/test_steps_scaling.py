@@ -27,7 +27,8 @@ DEMO = REPO / "configs" / "demo.yaml"
 def test_steps_scaler_scales_every_step_setting(tmp_path: Path) -> None:
     config = tmp_path / "scaled.yaml"  # the settings in a file: they follow the scaler (overrides do not)
     text = DEMO.read_text().replace("path: data/demo", f"path: {REPO / 'data' / 'demo'}")
-    config.write_text(text.replace("optim:\n", "optim:\n  schedules:\n    scales: {type: step, milestones: [600, 1200]}\n"))
+    config.write_text(text.replace("optim:\n", "optim:\n  schedules:\n    scales: {type: step, milestones: [600, 1200]}\n"
+                                                 "    sh0: {type: exp, min_ratio: 0.1, stop_max: 800}\n"))
     cfg = load_config(config, ["trainer.steps_scaler=0.5"])
     assert cfg.trainer.max_steps == 1000
     s = cfg.strategy
@@ -35,6 +36,7 @@ def test_steps_scaler_scales_every_step_setting(tmp_path: Path) -> None:
     assert s.get("pause_refine_after_reset", 0) == 0 and s.get("refine_scale2d_stop_iter", 0) == 0  # zero stays off
     assert cfg.model.sh_degree_interval == 250 and cfg.trainer.val_interval == 750
     assert list(cfg.optim.schedules.scales.milestones) == [300, 600]
+    assert cfg.optim.schedules.sh0.stop_max == 800  # a bound for any run length: not scaled
     assert cfg.default_hooks.checkpoint.interval == 500 and cfg.default_hooks.logger.interval == 50  # hooks too
     assert cfg.trainer.steps_scaler == 1.0 and cfg.trainer.schedule_steps is None  # applied once
 

@@ -21,7 +21,7 @@ _COMMON = {"warmup_steps": 0, "warmup_ratio": 0.1}
 OPTIONS: Dict[str, Dict[str, Any]] = {
     "fixed": {},
     "step": {"milestones": None, "step_size": None, "gamma": 0.1},
-    "exp": {"gamma": None, "min_ratio": None},
+    "exp": {"gamma": None, "min_ratio": None, "stop_max": 0},
     "poly": {"power": 1.0, "min_ratio": 0.0},
     "inv": {"gamma": 1e-3, "power": 1.0},
     "cosine": {"min_ratio": 0.0},
@@ -129,7 +129,10 @@ def _step(s: Schedule, t: int) -> float:
 
 def _exp(s: Schedule, t: int) -> float:
     o = s.options
-    return o["gamma"] ** t if o["gamma"] is not None else o["min_ratio"] ** (t / s.total)
+    if o["gamma"] is not None:
+        return o["gamma"] ** t
+    length = min(s.total, o["stop_max"]) if o["stop_max"] > 0 else s.total
+    return o["min_ratio"] ** (min(t, length) / length)
 
 
 def _poly(s: Schedule, t: int) -> float:
@@ -216,6 +219,9 @@ def _check(kind: str, o: Dict[str, Any], where: str) -> None:
         need((o["gamma"] is None) != (o["min_ratio"] is None),
              "give either gamma (per step) or min_ratio (at the last step)")
         need(o["min_ratio"] is None or o["min_ratio"] > 0, "min_ratio must be positive")
+        stop = o["stop_max"]
+        need(isinstance(stop, int) and not isinstance(stop, bool) and stop >= 0, "stop_max must be a step count >= 0")
+        need(stop == 0 or o["min_ratio"] is not None, "stop_max bounds the decay to min_ratio; give min_ratio, not gamma")
     if kind == "cosine-restart":
         need(bool(o["periods"]) and all(p > 0 for p in o["periods"]), "periods must be a list of positive step counts")
         weights = o["restart_weights"]
@@ -236,7 +242,8 @@ def _check(kind: str, o: Dict[str, Any], where: str) -> None:
              "pct_start must be in (0, 1) (three_phase: (0, 0.5))")
 
 
-#: The options of a schedule that count steps (they follow the run's length; splattrain.steps).
+#: The options of a schedule that count steps (they follow the run's length; splattrain.steps). exp's
+#: ``stop_max`` is a bound that holds however long the run, so it is not among them.
 STEP_OPTIONS = ("milestones", "step_size", "periods", "warmup_steps")
 
 
