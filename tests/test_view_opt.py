@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from resume_check import assert_same, assert_same_run, single_thread, straight_and_resumed  # noqa: F401
+from resume_check import assert_same, assert_same_run, make_trainer, single_thread, straight_and_resumed  # noqa: F401
 from splattrain.cameras import Camera
 from splattrain.errors import ConfigError
 from splattrain.metrics import Evaluator, color_correct, psnr
@@ -202,6 +202,39 @@ def test_pose_refinement_waits_for_its_start() -> None:
     assert moved[:4] == [0.0] * 4 and all(m > 0 for m in moved[4:])  # steps 1-4 wait, 5-8 learn
     with pytest.raises(ConfigError, match="start is 1.0"):
         SE3PoseRefinement(n_views=2, start=1.0)
+
+
+@pytest.mark.parametrize("max_steps", [10, 40])
+def test_pose_refinement_start_step_is_the_same_step_however_long_the_run(max_steps: int) -> None:
+    model, camera = scene_and_camera()
+    renderer = build_renderer({"type": "cpu"}, torch.device("cpu"))
+    corrections = ViewCorrections({"type": "none"}, {"type": "se3", "start": 0.9, "start_step": 3}, 2,
+                                  torch.device("cpu"), renderer, max_steps=max_steps)
+    batch = {"camera": [camera], "image_id": torch.tensor([1])}
+    moved = []
+    for step in range(1, 7):
+        cameras = corrections.cameras(batch, step)
+        assert (cameras is batch["camera"]) == (step <= 3)  # before its start: the cameras as given
+        renderer.render(model, cameras, 0, torch.ones(3)).rgb.mean().backward()
+        corrections.step(step)
+        moved.append(float(corrections.pose.delta.detach().abs().max()))
+    assert moved[:3] == [0.0] * 3 and all(m > 0 for m in moved[3:])  # steps 1-3 wait, 4-6 learn
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ConfigError, match="start_step"):
+            SE3PoseRefinement(n_views=2, start_step=bad)
+
+
+def test_a_run_no_longer_than_start_step_trains_as_without_pose_refinement(tmp_path: Path) -> None:
+    plain = make_trainer(tmp_path, "plain")
+    plain.train()
+    held = make_trainer(tmp_path, "held", overrides=["pose_opt.type=se3", "pose_opt.start_step=12"])
+    held.train()
+    assert_same(plain.model.state_dict(), held.model.state_dict(), "gaussians")
+    assert float(held.view_opt.pose.delta.detach().abs().max()) == 0.0
+    late = make_trainer(tmp_path, "late", overrides=["pose_opt.type=se3", "pose_opt.start_step=9"])
+    late.train()
+    assert float(late.view_opt.pose.delta.detach().abs().max()) > 0.0  # steps 10-12 moved the poses
+    assert not torch.equal(plain.model.params["means"], late.model.params["means"])
 
 
 def test_bilateral_grid_starts_at_identity_and_learns_what_one_affine_map_cannot() -> None:

@@ -289,9 +289,9 @@ class DefaultTrainer(SteeringCalls, CheckpointCalls, CarryingOut, Validation, Fa
         infos, terms, views = [], [], []
         self.row_edits.hold()  # row changes asked until the update is done wait for it
         for chunk in chunks:
-            render = self.renderer.render(
-                self.model, self.view_opt.cameras(chunk), sh_degree, chunk["background"], depth=schedule.render_depth
-            )
+            cameras = self.view_opt.cameras(chunk, step)
+            render = self.renderer.render(self.model, cameras, sh_degree, chunk["background"],
+                                          depth=schedule.render_depth)
             render.rgb = self.view_opt.colors(render.rgb, chunk)
             render.info["n_cameras"] = len(batch["camera"])  # gradients are of the mean over all the step's views
             losses = self.loss(render, chunk, self.model)

@@ -3,7 +3,7 @@ offset before the loss (the exposure compensation of 3DGS, 2024)."""
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 from torch import Tensor
@@ -22,11 +22,12 @@ class AffineAppearance(ViewCorrection):
         clamp: clip the result to [0, 1] as a camera does, so saturated pixels (a bright exposure
             of a white wall) ask nothing of the scene.
         start: fraction of the run before the colours are corrected.
+        start_step: the step after which they are, however long the run (overrides ``start``).
     """
 
     def __init__(self, n_views: int, lr: float = 1e-2, lr_final: float = 1e-3, weight_decay: float = 0.0,
-                 clamp: bool = True, start: float = 0.0) -> None:
-        super().__init__(n_views, lr, lr_final, weight_decay, start)
+                 clamp: bool = True, start: float = 0.0, start_step: Optional[int] = None) -> None:
+        super().__init__(n_views, lr, lr_final, weight_decay, start, start_step)
         self.clamp = clamp
         self.delta = torch.nn.Parameter(torch.zeros(n_views, 3, 4))  # [A - I | b]
 

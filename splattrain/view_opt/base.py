@@ -17,19 +17,24 @@ class ViewCorrection(torch.nn.Module):
     ``n_views`` (training views, indexed like ``batch["image_id"]``) added. Zero-initialised
     so that training starts from the data as given. The trainer steps :meth:`make_optimizer`'s
     optimizer after the Gaussians' and decays its learning rate to ``lr_final`` at the last step.
-    Until ``start`` (a fraction of the run's steps) the correction is not updated: the scene
-    takes shape from the data as given first. Test views get no correction. The trainer calls
+    Until ``start`` (a fraction of the run's steps), or to step ``start_step`` where that is set
+    (a step, the same however long the run), the correction is not updated and not applied: the
+    scene takes shape from the data as given first. Test views get no correction. The trainer calls
     :meth:`setup` once before training and :meth:`after_update` after each optimizer step.
     """
 
-    def __init__(self, n_views: int, lr: float, lr_final: float, weight_decay: float = 0.0, start: float = 0.0) -> None:
+    def __init__(self, n_views: int, lr: float, lr_final: float, weight_decay: float = 0.0, start: float = 0.0,
+                 start_step: Optional[int] = None) -> None:
         super().__init__()
-        if not 0.0 <= start < 1.0:
-            from ..errors import ConfigError
+        from ..errors import ConfigError
 
+        if not 0.0 <= start < 1.0:
             raise ConfigError(f"{type(self).__name__} start is {start}: use a fraction of the run in [0, 1)")
+        if start_step is not None and (type(start_step) is not int or start_step < 0):
+            raise ConfigError(f"{type(self).__name__} start_step is {start_step!r}: use a step >= 0, or null")
         self.n_views = n_views
         self.lr, self.lr_final, self.weight_decay, self.start = lr, lr_final, weight_decay, start
+        self.start_step = start_step
 
     def setup(self, cameras: List[Camera], points: torch.Tensor, scene_scale: float) -> None:
         """Called once after construction with the training cameras (indexed like ``image_id``),
@@ -40,7 +45,10 @@ class ViewCorrection(torch.nn.Module):
         Nothing by default."""
 
     def active(self, step: int, max_steps: int) -> bool:
-        """Whether step ``step`` updates the correction (it has reached ``start``)."""
+        """Whether step ``step`` applies and updates the correction: past ``start_step`` where that is
+        set, else at or past ``start`` of the run."""
+        if self.start_step is not None:
+            return step > self.start_step
         return step >= self.start * max_steps
 
     def make_optimizer(self) -> torch.optim.Optimizer:

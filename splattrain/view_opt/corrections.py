@@ -78,9 +78,10 @@ class ViewCorrections:
     def enabled(self) -> bool:
         return bool(self.modules)
 
-    def cameras(self, batch: Mapping[str, Any]) -> List[Camera]:
-        """The batch's training cameras, pose-corrected when pose refinement is on."""
-        if self.pose is None:
+    def cameras(self, batch: Mapping[str, Any], step: Optional[int] = None) -> List[Camera]:
+        """The batch's training cameras, pose-corrected when pose refinement is on (and, given the
+        training ``step``, has started: before, the cameras as given, with no pose gradient to pay)."""
+        if self.pose is None or (step is not None and not self.pose.active(step, self.max_steps)):
             return batch["camera"]
         return self.pose.apply(batch["camera"], batch["image_id"])
 
