@@ -13,6 +13,7 @@ from splattrain.console import Console
 from splattrain.data.colmap_model import read_model, write_model
 from splattrain.engine import DefaultTrainer, load_config
 from splattrain.strategy.build import build_strategy
+from splattrain.view_opt.corrections import check_sections
 from test_colmap import make_colmap
 
 PRESET = REPO / "configs" / "colmap.yaml"
@@ -83,3 +84,16 @@ def test_the_headers_recipe_gives_the_3dgs_30k_schedule_and_loss():
     assert cfg.trainer.max_steps == 30000 and cfg.model.sh_degree_interval == 1000
     assert (strategy.refine_start_iter, strategy.refine_stop_iter, strategy.reset_every) == (500, 15000, 3000)
     assert cfg.loss.terms is None  # L1 and D-SSIM alone, as 3DGS
+
+
+def test_the_presets_commented_pose_refinement_loads_when_uncommented(tmp_path):
+    """The recipe the preset offers for captures with pose error is a config that builds."""
+    lines, block = [], False
+    for line in PRESET.read_text().splitlines():
+        block = line.startswith("# pose_opt:") or (block and line.startswith("#   "))
+        lines.append(line[2:] if block else line)
+    config = tmp_path / "colmap.yaml"
+    config.write_text("\n".join(lines) + "\n")
+    pose = dict(load_config(config, ["data.path=x"]).pose_opt)
+    assert pose == {"type": "se3", "lr": 1.0e-4, "lr_final": 1.0e-5, "start_step": 2000}
+    check_sections({"type": "none"}, pose)
