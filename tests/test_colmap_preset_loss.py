@@ -95,5 +95,5 @@ def test_the_presets_commented_pose_refinement_loads_when_uncommented(tmp_path):
     config = tmp_path / "colmap.yaml"
     config.write_text("\n".join(lines) + "\n")
     pose = dict(load_config(config, ["data.path=x"]).pose_opt)
-    assert pose == {"type": "se3", "lr": 1.0e-4, "lr_final": 1.0e-5, "start_step": 2000}
+    assert pose == {"type": "se3", "lr": 1.0e-4, "lr_final": 1.0e-5, "start_step": 2000, "stop_step": 7000}
     check_sections({"type": "none"}, pose)

@@ -224,6 +224,27 @@ def test_pose_refinement_start_step_is_the_same_step_however_long_the_run(max_st
             SE3PoseRefinement(n_views=2, start_step=bad)
 
 
+def test_pose_refinement_stop_step_keeps_the_poses_as_learned() -> None:
+    model, camera = scene_and_camera()
+    renderer = build_renderer({"type": "cpu"}, torch.device("cpu"))
+    corrections = ViewCorrections({"type": "none"}, {"type": "se3", "start_step": 2, "stop_step": 4}, 2,
+                                  torch.device("cpu"), renderer, max_steps=8)
+    batch = {"camera": [camera], "image_id": torch.tensor([1])}
+    deltas = []
+    for step in range(1, 9):
+        cameras = corrections.cameras(batch, step)
+        assert cameras[0].viewmat.requires_grad == (step in (3, 4))  # a pose gradient only while learning
+        renderer.render(model, cameras, 0, torch.ones(3)).rgb.mean().backward()
+        corrections.step(step)
+        deltas.append(corrections.pose.delta.detach().clone())
+    assert float(deltas[1].abs().max()) == 0.0 and float(deltas[3].abs().max()) > float(deltas[2].abs().max()) > 0
+    assert all(torch.equal(d, deltas[3]) for d in deltas[4:])  # kept as learned after step 4
+    kept = corrections.cameras(batch, 8)[0].viewmat
+    assert not torch.equal(kept, camera.viewmat) and torch.equal(kept, corrections.cameras(batch)[0].viewmat.detach())
+    with pytest.raises(ConfigError, match="stop_step 2 is not after start_step 2"):
+        SE3PoseRefinement(n_views=2, start_step=2, stop_step=2)
+
+
 def test_a_run_no_longer_than_start_step_trains_as_without_pose_refinement(tmp_path: Path) -> None:
     plain = make_trainer(tmp_path, "plain")
     plain.train()

@@ -23,11 +23,13 @@ class AffineAppearance(ViewCorrection):
             of a white wall) ask nothing of the scene.
         start: fraction of the run before the colours are corrected.
         start_step: the step after which they are, however long the run (overrides ``start``).
+        stop_step: the step after which they are kept as learned.
     """
 
     def __init__(self, n_views: int, lr: float = 1e-2, lr_final: float = 1e-3, weight_decay: float = 0.0,
-                 clamp: bool = True, start: float = 0.0, start_step: Optional[int] = None) -> None:
-        super().__init__(n_views, lr, lr_final, weight_decay, start, start_step)
+                 clamp: bool = True, start: float = 0.0, start_step: Optional[int] = None,
+                 stop_step: Optional[int] = None) -> None:
+        super().__init__(n_views, lr, lr_final, weight_decay, start, start_step, stop_step)
         self.clamp = clamp
         self.delta = torch.nn.Parameter(torch.zeros(n_views, 3, 4))  # [A - I | b]
 

@@ -43,12 +43,13 @@ class BilateralGridAppearance(ViewCorrection):
         clamp: clip the result to [0, 1] as a camera does.
         start: fraction of the run before the colours are corrected.
         start_step: the step after which they are, however long the run (overrides ``start``).
+        stop_step: the step after which they are kept as learned.
     """
 
     def __init__(self, n_views: int, lr: float = 2e-3, lr_final: float = 2e-4, weight_decay: float = 0.0,
                  grid: int = 8, bins: int = 8, tv_weight: float = 10.0, clamp: bool = True,
-                 start: float = 0.0, start_step: Optional[int] = None) -> None:
-        super().__init__(n_views, lr, lr_final, weight_decay, start, start_step)
+                 start: float = 0.0, start_step: Optional[int] = None, stop_step: Optional[int] = None) -> None:
+        super().__init__(n_views, lr, lr_final, weight_decay, start, start_step, stop_step)
         if grid < 1 or bins < 1 or tv_weight < 0:
             raise ConfigError(f"appearance bilateral: grid ({grid}) and bins ({bins}) must be >= 1, "
                               f"tv_weight ({tv_weight}) >= 0")

@@ -79,10 +79,14 @@ class ViewCorrections:
         return bool(self.modules)
 
     def cameras(self, batch: Mapping[str, Any], step: Optional[int] = None) -> List[Camera]:
-        """The batch's training cameras, pose-corrected when pose refinement is on (and, given the
-        training ``step``, has started: before, the cameras as given, with no pose gradient to pay)."""
-        if self.pose is None or (step is not None and not self.pose.active(step, self.max_steps)):
+        """The batch's training cameras, pose-corrected when pose refinement is on. Given the training
+        ``step``, the poses carry a gradient only while they learn: before they start, the cameras
+        as given; after ``stop_step``, corrected as learned."""
+        if self.pose is None or (step is not None and not self.pose.started(step, self.max_steps)):
             return batch["camera"]
+        if step is not None and not self.pose.active(step, self.max_steps):
+            with torch.no_grad():
+                return self.pose.apply(batch["camera"], batch["image_id"])
         return self.pose.apply(batch["camera"], batch["image_id"])
 
     def colors(self, rgb: Tensor, batch: Mapping[str, Any]) -> Tensor:

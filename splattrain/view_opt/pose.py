@@ -121,11 +121,12 @@ class SE3PoseRefinement(ViewCorrection):
             before the scene has a shape wander off).
         start_step: the step after which the poses move, however long the run (overrides
             ``start``): e.g. the step densification ends by.
+        stop_step: the step after which the poses are kept as learned (null: learned to the end).
     """
 
     def __init__(self, n_views: int, lr: float = 1e-3, lr_final: float = 1e-4, weight_decay: float = 1e-6,
-                 start: float = 0.1, start_step: Optional[int] = None) -> None:
-        super().__init__(n_views, lr, lr_final, weight_decay, start, start_step)
+                 start: float = 0.1, start_step: Optional[int] = None, stop_step: Optional[int] = None) -> None:
+        super().__init__(n_views, lr, lr_final, weight_decay, start, start_step, stop_step)
         self.delta = torch.nn.Parameter(torch.zeros(n_views, 6))  # [w | tau]
         self.register_buffer("depths", torch.ones(n_views))  # d_i, saved: the corrections' meaning
         self.register_buffer("given", torch.zeros(0, 4, 4), persistent=False)  # the cameras, from setup
