@@ -42,7 +42,8 @@ def generate_scene(folder: Path, count: int, width: int, height: int) -> None:
     """A COLMAP scene: ``count`` JPEG photos of smooth colour fields with fine noise, one PINHOLE camera."""
     from PIL import Image
 
-    from splattrain.data.colmap_model import ColmapCamera, ColmapImage, write_model
+    from splattrain.data.colmap_model import ColmapCamera, ColmapImage
+    from splattrain.data.colmap_write import write_model
 
     if (folder / "sparse" / "0" / "images.bin").is_file() and len(list((folder / "images").glob("*.jpg"))) == count:
         return

@@ -48,7 +48,8 @@ def write_project(cfg, folder: Path) -> int:
     and ``sparse/0/``); returns gsplat's ``test_every`` for it (the number of images)."""
     from PIL import Image
 
-    from splattrain.data.colmap_model import ColmapCamera, ColmapImage, write_model
+    from splattrain.data.colmap_model import ColmapCamera, ColmapImage
+    from splattrain.data.colmap_write import write_model
     from splattrain.data.loading import load_scene
 
     scene = load_scene(cfg.data)[1]

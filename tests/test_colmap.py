@@ -15,7 +15,8 @@ from PIL import Image
 from splattrain.cli import main as cli_main
 from splattrain.config.schema import DataConfig
 from splattrain.data.colmap import load_colmap
-from splattrain.data.colmap_model import ColmapCamera, ColmapImage, read_model, write_model
+from splattrain.data.colmap_model import ColmapCamera, ColmapImage, read_model
+from splattrain.data.colmap_write import write_model
 from splattrain.synthetic.demo_scene import look_at_origin, trace_rays
 from splattrain.data.distortion import Distortion, Undistorter
 from splattrain.data.loading import load_scene

@@ -10,7 +10,8 @@ import torch
 
 from conftest import REPO
 from splattrain.console import Console
-from splattrain.data.colmap_model import read_model, write_model
+from splattrain.data.colmap_model import read_model
+from splattrain.data.colmap_write import write_model
 from splattrain.engine import DefaultTrainer, load_config
 from splattrain.strategy.build import build_strategy
 from splattrain.view_opt.corrections import check_sections

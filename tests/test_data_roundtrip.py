@@ -14,7 +14,8 @@ from PIL import Image
 
 from splattrain.engine import load_config
 from splattrain.console import Console
-from splattrain.data.colmap_model import ColmapCamera, ColmapImage, write_model
+from splattrain.data.colmap_model import ColmapCamera, ColmapImage
+from splattrain.data.colmap_write import write_model
 from splattrain.synthetic.demo_scene import CAMERA_ANGLE_X, camera_positions, look_at_origin, render_view
 from splattrain.data.loading import load_scene
 from splattrain.engine import DefaultTrainer

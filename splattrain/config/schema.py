@@ -71,7 +71,7 @@ class DataConfig:
     # N-th training view) or a fraction in (0, 1); never a test view (docs/datasets.md)
     val_split: Optional[float] = None
     masks: str = "auto"  # auto (masks/ or mask_path when present) | none | a folder of masks
-    depths: str = "auto"  # auto (depths/<view>.npy when present) | none | a folder of <view>.npy depth maps
+    depths: str = "auto"  # auto (depths/<view>.npy when present) | none | sparse (the SfM points each photo saw) | a folder of <view>.npy
     normalize: Optional[bool] = None  # centre and scale the cameras; null: on for colmap/nerfstudio
     num_workers: int = 0  # image decoding threads; 0: one per CPU core (at most 8)
     image_budget_mb: Optional[float] = None  # decoded images kept in memory (uint8); later ones are decoded when used; null: a quarter of the machine's memory

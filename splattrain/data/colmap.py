@@ -98,8 +98,10 @@ def load_colmap(path: str | Path, cfg: Optional[DataConfig] = None, model: Optio
     intrinsics = {
         cid: camera_intrinsics(model.cameras[cid], model.cameras_file) for cid in {i.camera_id for i in images}
     }
-    specs = []
+    specs, observed, seen = [], {}, model.observed_points()
     for name, image in zip(frame_names([i.name for i in images]), images):
+        if image.id in seen:
+            observed[name] = seen[image.id]
         camera = model.cameras[image.camera_id]
         K, distortion = intrinsics[image.camera_id]
         specs.append(
@@ -129,6 +131,7 @@ def load_colmap(path: str | Path, cfg: Optional[DataConfig] = None, model: Optio
         point_colors=model.colors if has_points else None,
         source=str(root),
         extra={"notes": notes},
+        observed=observed if has_points else {},
     )
 
 

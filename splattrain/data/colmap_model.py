@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -107,6 +107,15 @@ class ColmapModel:
     cameras_file: Path
     images_file: Path
     points_file: Optional[Path]
+    tracks: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
+    """int64 [T, 2]: every observation in the points' tracks, as (point index into ``points``, image id)."""
+
+    def observed_points(self) -> dict[int, np.ndarray]:
+        """Per image id, the indices (into ``points``) of the points its photo observed, ascending."""
+        order = np.lexsort((self.tracks[:, 0], self.tracks[:, 1]))
+        tracks = self.tracks[order]
+        ids, starts = np.unique(tracks[:, 1], return_index=True)
+        return {int(i): np.unique(part) for i, part in zip(ids, np.split(tracks[:, 0], starts[1:]))}
 
 
 def model_files(sparse: Path) -> Optional[tuple[Path, Path, Path]]:
@@ -130,11 +139,12 @@ def read_model(sparse: Path) -> ColmapModel:
     cameras = _read_cameras_binary(cameras_file) if binary else _read_cameras_text(cameras_file)
     images = _read_images_binary(images_file) if binary else _read_images_text(images_file)
     if points_file.is_file():
-        points, colors = _read_points_binary(points_file) if binary else _read_points_text(points_file)
+        points, colors, tracks = _read_points_binary(points_file) if binary else _read_points_text(points_file)
     else:
-        points, colors = np.zeros((0, 3)), np.zeros((0, 3), dtype=np.uint8)
+        points, colors, tracks = np.zeros((0, 3)), np.zeros((0, 3), dtype=np.uint8), np.zeros((0, 2), dtype=np.int64)
     model = ColmapModel(
-        cameras, images, points, colors, cameras_file, images_file, points_file if points_file.is_file() else None
+        cameras, images, points, colors, cameras_file, images_file, points_file if points_file.is_file() else None,
+        tracks,
     )
     _check(model)
     return model
@@ -283,17 +293,23 @@ def _read_images_binary(path: Path) -> list[ColmapImage]:
     return images
 
 
-def _read_points_binary(path: Path) -> tuple[np.ndarray, np.ndarray]:
+def _read_points_binary(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(xyz, rgb, tracks as (point index, image id) rows) of a points3D.bin."""
     f = _BinaryFile(path)
     count = f.count(struct.calcsize("<Q3d3BdQ"), "point")
     xyz = np.empty((count, 3))
     rgb = np.empty((count, 3), dtype=np.uint8)
+    lengths = np.empty(count, dtype=np.int64)
+    images = []
     for index in range(count):
         values = f.read("<Q3d3BdQ", f"point #{index + 1}")
-        xyz[index], rgb[index] = values[1:4], values[4:7]
+        xyz[index], rgb[index], lengths[index] = values[1:4], values[4:7], values[8]
+        start = f.offset
         f.skip(8 * values[8], f"the track of point {values[0]}")
+        images.append(np.frombuffer(f.data, "<u4", 2 * values[8], start)[::2])
     f.finish("point")
-    return xyz, rgb
+    tracks = np.stack([np.repeat(np.arange(count), lengths), np.concatenate(images or [np.zeros(0)])], 1)
+    return xyz, rgb, tracks.astype(np.int64).reshape(-1, 2)
 
 
 # --- text -----------------------------------------------------------------------------------
@@ -358,8 +374,9 @@ def _read_images_text(path: Path) -> list[ColmapImage]:
     return images
 
 
-def _read_points_text(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    xyz, rgb = [], []
+def _read_points_text(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(xyz, rgb, tracks as (point index, image id) rows) of a points3D.txt."""
+    xyz, rgb, tracks = [], [], []
     for line_no, line in enumerate(_lines(path), start=1):
         fields = line.split()
         if not fields or fields[0].startswith("#"):
@@ -370,46 +387,9 @@ def _read_points_text(path: Path) -> tuple[np.ndarray, np.ndarray]:
         rgb.append(_numbers(path, line_no, fields[4:7], int, "R G B"))
         if not all(0 <= c <= 255 for c in rgb[-1]):
             raise DataError(f"{path} line {line_no}: colour {rgb[-1]} is outside 0..255")
-    return np.array(xyz, dtype=np.float64).reshape(-1, 3), np.array(rgb, dtype=np.uint8).reshape(-1, 3)
-
-
-# --- writing ------------------------------------------------------------------------------
-
-
-def write_model(
-    sparse: Path,
-    cameras: list[ColmapCamera],
-    images: list[ColmapImage],
-    points: np.ndarray,
-    colors: np.ndarray,
-    binary: bool = True,
-) -> None:
-    """Write a sparse model (no 2D observations or tracks) to ``sparse`` in binary or text form."""
-    sparse.mkdir(parents=True, exist_ok=True)
-    model_ids = {name: model_id for model_id, (name, _) in CAMERA_MODELS.items()}
-    if binary:
-        data = [struct.pack("<Q", len(cameras))]
-        for c in cameras:
-            data.append(struct.pack(f"<IiQQ{len(c.params)}d", c.id, model_ids[c.model], c.width, c.height, *c.params))
-        (sparse / "cameras.bin").write_bytes(b"".join(data))
-        data = [struct.pack("<Q", len(images))]
-        for i in images:
-            data.append(struct.pack("<I4d3dI", i.id, *i.qvec, *i.tvec, i.camera_id) + i.name.encode() + b"\0")
-            data.append(struct.pack("<Q", 0))
-        (sparse / "images.bin").write_bytes(b"".join(data))
-        data = [struct.pack("<Q", len(points))]
-        for index, (xyz, rgb) in enumerate(zip(points, colors)):
-            data.append(struct.pack("<Q3d3BdQ", index + 1, *xyz, *rgb, 0.0, 0))
-        (sparse / "points3D.bin").write_bytes(b"".join(data))
-        return
-    lines = [f"{c.id} {c.model} {c.width} {c.height} {' '.join(repr(p) for p in c.params)}" for c in cameras]
-    (sparse / "cameras.txt").write_text("# Camera list\n" + "\n".join(lines) + "\n")
-    lines = []
-    for i in images:
-        lines += [f"{i.id} {' '.join(repr(v) for v in (*i.qvec, *i.tvec))} {i.camera_id} {i.name}", ""]
-    (sparse / "images.txt").write_text("# Image list with two lines of data per image\n" + "\n".join(lines) + "\n")
-    lines = [
-        f"{n + 1} {x!r} {y!r} {z!r} {r} {g} {b} 0.0"
-        for n, ((x, y, z), (r, g, b)) in enumerate(zip(points.tolist(), colors.tolist()))
-    ]
-    (sparse / "points3D.txt").write_text("# 3D point list\n" + "\n".join(lines) + ("\n" if lines else ""))
+        if len(fields) % 2:
+            raise DataError(f"{path} line {line_no}: a track is pairs of IMAGE_ID POINT2D_IDX")
+        track = _numbers(path, line_no, fields[8::2], int, "the track's image ids")
+        tracks += [(len(xyz) - 1, image_id) for image_id in track]
+    return (np.array(xyz, dtype=np.float64).reshape(-1, 3), np.array(rgb, dtype=np.uint8).reshape(-1, 3),
+            np.array(tracks, dtype=np.int64).reshape(-1, 2))

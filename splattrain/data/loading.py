@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..config.schema import DataConfig
 from ..errors import ConfigError, DataError
 from ..registry import DATASETS
-from .depths import attach_depths, depth_folder
+from .depths import attach_depths, attach_sparse_depths, depth_folder
 from .images import PHOTO_SUFFIXES
 from .locate import choose_scene, resolve_data_path
 from .reader import DatasetReader
@@ -115,6 +115,9 @@ def load_scene(cfg: DataConfig | DictConfig, config_dir: Optional[Path] = None) 
         scene.extra["notes"].append(
             f"data.normalize: cameras centred and scaled by {scale:.4g} (world_transform recorded for export)"
         )
+    if data.depths == "sparse" and scene.train:
+        count = attach_sparse_depths(scene)
+        scene.extra["notes"].append(f"depth maps of the sparse points each photo saw for {count} views")
     depths = depth_folder(Path(root), data.depths)
     if depths is not None and scene.train:
         scale = float(np.linalg.norm(scene.extra["world_transform"][:3, 0]))

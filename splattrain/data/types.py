@@ -59,3 +59,4 @@ class SceneData:
     source: str = ""
     extra: dict = field(default_factory=dict)
     val: list[Frame] = field(default_factory=list)
+    observed: dict[str, np.ndarray] = field(default_factory=dict)  # frame name -> indices of the points its photo saw

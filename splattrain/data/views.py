@@ -14,6 +14,7 @@ import torch
 from ..cameras import Camera
 from ..errors import DataError
 from ..io.limits import require_memory
+from .depths import shrink_depth
 from .distortion import Distortion, Undistorter
 from .images import image_budget_bytes, parallel_map, read_image, read_mask, resize_image, resize_mask, scaled_size
 from .types import Frame
@@ -220,4 +221,5 @@ def downscaled_frame(frame: Frame, factor: float) -> Frame:
     K[1] *= size[1] / height
     camera = Camera(viewmat=frame.camera.viewmat, K=K, width=size[0], height=size[1], name=frame.camera.name)
     mask = None if frame.mask is None else resize_mask(frame.mask, size)
-    return Frame(image=resize_image(frame.pixels(), size), camera=camera, name=frame.name, mask=mask)
+    depth = None if frame.depth is None else shrink_depth(frame.depth, size)
+    return Frame(image=resize_image(frame.pixels(), size), camera=camera, name=frame.name, mask=mask, depth=depth)

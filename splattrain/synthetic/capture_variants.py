@@ -31,7 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -40,7 +40,8 @@ import torch
 from PIL import Image
 
 from ..data.colmap import find_sparse
-from ..data.colmap_model import ColmapCamera, ColmapImage, read_model, write_model
+from ..data.colmap_model import ColmapCamera, ColmapImage, read_model
+from ..data.colmap_write import write_model
 from ..data.distortion import Distortion
 from ..errors import DataError
 from .demo_variants import jitter_pose
@@ -58,6 +59,7 @@ class View:
     pixels: np.ndarray  # uint8 [H, W, 3]
     camera: ColmapCamera
     viewmat: np.ndarray  # world-to-camera [4, 4] float64
+    observed: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # its points' indices
 
 
 @dataclass
@@ -75,11 +77,13 @@ def read_capture(scene: Path, width: Optional[int] = None) -> Capture:
     if sparse is None:
         raise DataError(f"{scene}: no COLMAP model (sparse/0 or sparse) to make capture variants of")
     model = read_model(sparse)
+    observed = model.observed_points()
     views = []
     for image in sorted(model.images, key=lambda i: i.name):
         with Image.open(Path(scene) / "images" / image.name) as file:
             pixels = np.asarray(file.convert("RGB"))
-        view = View(image.name, pixels, model.cameras[image.camera_id], image.viewmat())
+        view = View(image.name, pixels, model.cameras[image.camera_id], image.viewmat(),
+                    observed.get(image.id, np.zeros(0, dtype=np.int64)))
         views.append(resized(view, width / pixels.shape[1]) if width else view)
     return Capture(views, model.points, model.colors)
 
@@ -190,9 +194,10 @@ def make_variant(capture: Capture, variant: str, *, degrees: float = 0.5, shift:
 
 
 def write_scene(out: Path, views: Sequence[View], capture: Capture) -> None:
-    """``out/images`` and ``out/sparse/0`` (one camera per photo) for ``views``."""
+    """``out/images`` and ``out/sparse/0`` (one camera per photo) for ``views``, with the tracks of
+    the points they observed."""
     (out / "images").mkdir(parents=True, exist_ok=True)
-    cameras, images = [], []
+    cameras, images, tracks = [], [], []
     for index, view in enumerate(views, start=1):
         path = out / "images" / view.name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -200,7 +205,8 @@ def write_scene(out: Path, views: Sequence[View], capture: Capture) -> None:
         Image.fromarray(view.pixels).save(path, **options)
         cameras.append(replace(view.camera, id=index))
         images.append(ColmapImage.from_viewmat(index, view.name, index, view.viewmat))
-    write_model(out / "sparse" / "0", cameras, images, capture.points, capture.colors)
+        tracks.append(np.stack([view.observed, np.full(len(view.observed), index)], 1))
+    write_model(out / "sparse" / "0", cameras, images, capture.points, capture.colors, tracks=np.concatenate(tracks))
 
 
 def write_variants(scene: Path, out: Path, variants: Sequence[str] = VARIANTS, width: Optional[int] = None,

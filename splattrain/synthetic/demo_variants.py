@@ -15,7 +15,8 @@ from typing import Dict, List
 import numpy as np
 from PIL import Image
 
-from ..data.colmap_model import ColmapCamera, ColmapImage, write_model
+from ..data.colmap_model import ColmapCamera, ColmapImage
+from ..data.colmap_write import write_model
 from .demo_scene import CAMERA_ANGLE_X, CAMERA_RADIUS, camera_positions, look_at_origin, render_view
 
 GL_TO_CV = np.diag([1.0, -1.0, -1.0, 1.0])

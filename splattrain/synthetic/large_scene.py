@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from ..data.colmap_model import ColmapCamera, ColmapImage, write_model
+from ..data.colmap_model import ColmapCamera, ColmapImage
+from ..data.colmap_write import write_model
 from .demo_scene import CAMERA_ANGLE_X, SCENE, _ahead, camera_positions, look_at_origin, trace_rays
 
 GL_TO_CV = np.diag([1.0, -1.0, -1.0, 1.0])
