@@ -70,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", help="output folder (default RUN_DIR/eval/step_XXXXXX)")
     ev.add_argument("--save-renders", action="store_true", help="also write the rendered views as PNGs")
     ev.add_argument("--device", default="auto")
+    ev.add_argument("--align-poses", type=int, default=None, metavar="N",
+                    help="also score each view after N steps fitting its pose to the scene (aligned_psnr; "
+                         "metrics.align_poses)")
     _plugin_options(ev)
     rd = sub.add_parser("render", help="render frames and an animation of a trained scene")
     rd.add_argument("target", metavar="RUN_DIR|CKPT", help=target_help)
@@ -159,7 +162,7 @@ def _eval(args: argparse.Namespace) -> int:
     from .console import Console
 
     evaluate(args.target, Console(), split=args.split, out=args.out, save_renders=args.save_renders, device=args.device,
-             imports=args.imports, trust_config=args.trust_config)
+             imports=args.imports, trust_config=args.trust_config, align_poses=args.align_poses)
     return 0
 
 

@@ -14,6 +14,7 @@ from ..console import Console
 from ..engine.run_folder import command_output
 from ..io.atomic import atomic_write_text
 from ..metrics import Evaluator, mean_metrics
+from ..metrics.pose_alignment import aligned_psnr
 from ..io.png import save_png
 from .snapshot import load_snapshot
 
@@ -29,9 +30,11 @@ def evaluate(
     lpips: Optional[bool] = None,
     imports: Sequence[str] = (),
     trust_config: bool = False,
+    align_poses: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Render every ``split`` view of the checkpoint at ``target``, score it, and write metrics.json
-    (``imports`` / ``trust_config``: see :func:`~splattrain.commands.snapshot.load_snapshot`)."""
+    (``imports`` / ``trust_config``: see :func:`~splattrain.commands.snapshot.load_snapshot`;
+    ``align_poses``: as ``metrics.align_poses``, the run's own when None)."""
     snapshot = load_snapshot(target, device, imports, trust_config)
     folder = command_output(snapshot.run_dir, out, Path("eval") / f"step_{snapshot.step:06d}",
                             ["renders"] if save_renders else [])
@@ -43,12 +46,17 @@ def evaluate(
     scene = snapshot.scene()
     renderer = snapshot.renderer(log=console.info, warn=console.warning, scene=scene)
     pipeline = snapshot.views(split, scene)
+    if align_poses is None:
+        align_poses = int(OmegaConf.select(cfg, "metrics.align_poses", default=0) or 0)
     per_view: List[Dict[str, Any]] = []
     for batch in pipeline.test_batches():
         interrupts.check()
         result = renderer.render(snapshot.model, batch["camera"], snapshot.sh_degree, snapshot.background)
         name = batch["camera"][0].name
         per_view.append({"view": name, **evaluator(result.rgb, batch["image"])})
+        if align_poses > 0:
+            per_view[-1]["aligned_psnr"] = aligned_psnr(renderer, snapshot.model, batch, snapshot.sh_degree,
+                                                        snapshot.background, align_poses)
         if save_renders:
             save_png(folder.file("renders", f"{name}.png"), result.rgb[0])
     report = {
@@ -59,9 +67,14 @@ def evaluate(
         "per_view": per_view,
     }
     atomic_write_text(folder.file("metrics.json"), json.dumps(report, indent=2) + "\n")
+    aligned = ["aligned PSNR"] if align_poses > 0 else []
     rows = [[v["view"], f"{v['psnr']:.3f}", f"{v['ssim']:.4f}", _fmt(v["lpips"])] for v in per_view]
     rows.append(["mean", f"{report['psnr']:.3f}", f"{report['ssim']:.4f}", _fmt(report["lpips"])])
-    console.table(f"{split} views of {snapshot.path} (step {snapshot.step})", ["view", "PSNR", "SSIM", "LPIPS"], rows)
+    if aligned:
+        for row, view in zip(rows, [*per_view, report]):
+            row.append(f"{view['aligned_psnr']:.3f}")
+    console.table(f"{split} views of {snapshot.path} (step {snapshot.step})", ["view", "PSNR", "SSIM", "LPIPS", *aligned],
+                  rows)
     console.info(f"wrote {out_dir / 'metrics.json'}")
     return report
 

@@ -140,6 +140,7 @@ class MetricsConfig:
     lpips_net: str = "alex"  # alex | vgg
     lpips_weights: Optional[str] = None  # folder with the backbone and linear-layer files, looked in first
     lpips_download: bool = True  # fetch missing weight files into torch's hub cache (SHA-256 checked); false: never
+    align_poses: int = 0  # N > 0: also aligned_psnr, each test view scored after N steps fitting its pose to the scene
 
 
 @dataclass

@@ -80,7 +80,8 @@ def print_hook_timing(console: Console, hooks: HookDispatcher, train_seconds: fl
 
 
 def results(state: RunState, data: DataPipeline, model: GaussianModel, view_opt: ViewCorrections) -> Dict[str, Any]:
-    """The last validation's metrics (psnr, cc_psnr, ssim, lpips: the test views'), beside them
+    """The last validation's metrics (psnr, cc_psnr, ssim, lpips, and aligned_psnr with
+    ``metrics.align_poses``: the test views'), beside them
     ``train_psnr`` (training views) and ``val_psnr`` / ``val_ssim`` / ``val_lpips`` (the
     ``val_views`` views ``data.val_split`` held out; 0 of them: the test views' scores), Gaussians,
     steps, training time, per-view scores (test views), what the view corrections learned (when
@@ -91,6 +92,7 @@ def results(state: RunState, data: DataPipeline, model: GaussianModel, view_opt:
         "cc_psnr": metrics.get("cc_psnr"),
         "ssim": metrics.get("ssim"),
         "lpips": metrics.get("lpips"),
+        **({"aligned_psnr": metrics["aligned_psnr"]} if "aligned_psnr" in metrics else {}),
         "train_psnr": metrics.get("train_psnr"),
         "val_psnr": metrics.get("val_psnr"),
         "val_ssim": metrics.get("val_ssim"),

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import torch
 
 from ..metrics import Evaluator, mean_metrics, psnr
+from ..metrics.pose_alignment import aligned_psnr
 from . import signals
 from .run_state import RunState
 
@@ -37,6 +38,9 @@ class Validation:
                 self.call_hook("before_val_iter", index, batch)
                 render = self.renderer.render(self.model, batch["camera"], sh_degree, self.background)
                 scores = self.evaluator(render.rgb, batch["image"], batch.get("mask"))
+                if self.cfg.metrics.align_poses > 0:
+                    scores["aligned_psnr"] = aligned_psnr(self.renderer, self.model, batch, sh_degree, self.background,
+                                                          self.cfg.metrics.align_poses)
                 scored.append((index, {"view": batch["camera"][0].name, **scores}))
                 self.call_hook("after_val_iter", index, batch, {"render": render, "metrics": scores})
                 self._act_on_signals(*signals.between_views(self.dist))

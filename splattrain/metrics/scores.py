@@ -126,9 +126,11 @@ class Evaluator:
 
 
 def mean_metrics(per_view: List[Dict[str, Any]]) -> Dict[str, Optional[float]]:
-    """Mean psnr / cc_psnr / ssim / lpips over views (None where a metric is unavailable)."""
+    """Mean psnr / cc_psnr / ssim / lpips over views (None where a metric is unavailable), and
+    aligned_psnr where the views have it."""
     out: Dict[str, Optional[float]] = {}
-    for key in ("psnr", "cc_psnr", "ssim", "lpips"):
+    aligned = ("aligned_psnr",) if any("aligned_psnr" in v for v in per_view) else ()
+    for key in ("psnr", "cc_psnr", "ssim", "lpips", *aligned):
         values = [v[key] for v in per_view if v.get(key) is not None]
         out[key] = sum(values) / len(values) if values else None
     return out
