@@ -147,7 +147,7 @@ def run_length(name: str, folder: Path, steps: int, args: argparse.Namespace, ex
 
 def row(name: str, steps: int, report: Dict[str, Any], wall: float, finished: bool) -> Dict[str, Any]:
     return {"variant": name, "steps": steps, "reached": report["steps"], "finished": finished,
-            "psnr": report.get("psnr"), "train_psnr": report.get("train_psnr"),
+            "psnr": report.get("psnr"), "aligned_psnr": report.get("aligned_psnr"), "train_psnr": report.get("train_psnr"),
             "gaussians": report["num_gaussians"], "train_seconds": report["train_seconds"], "wall_seconds": wall}
 
 
@@ -156,16 +156,19 @@ def _shown(value: Optional[float], fmt: str) -> str:
 
 
 def print_ladder(rows: List[Dict[str, Any]]) -> None:
-    """One table: a row per variant and run length, the fall from the variant's first length."""
-    print(f"{'variant':<26} {'steps':>6} {'test PSNR':>9} {'fall':>6} {'train PSNR':>10} {'Gaussians':>10} "
-          f"{'train s':>8} {'wall s':>8}")
+    """One table: a row per variant and run length, the fall from the variant's first length (and
+    an ``aligned`` column, the test views' aligned PSNR, when the runs have ``metrics.align_poses``)."""
+    aligned = any(r.get("aligned_psnr") is not None for r in rows)
+    print(f"{'variant':<26} {'steps':>6} {'test PSNR':>9} {'fall':>6} " + (f"{'aligned':>8} " if aligned else "")
+          + f"{'train PSNR':>10} {'Gaussians':>10} {'train s':>8} {'wall s':>8}")
     first: Dict[str, Optional[float]] = {}
     for r in rows:
         base = first.setdefault(r["variant"], r["psnr"] if r["finished"] else None)
         fall = r["psnr"] - base if r["finished"] and base is not None and r["psnr"] is not None else None
         steps = f"{r['steps']}" if r["finished"] else f"{r['reached']}/{r['steps']}"
         print(f"{r['variant']:<26} {steps:>6} {_shown(r['psnr'], '.2f'):>9} {_shown(fall, '+.2f'):>6} "
-              f"{_shown(r['train_psnr'], '.2f'):>10} {r['gaussians']:10,d} {r['train_seconds']:8.1f} "
+              + (f"{_shown(r.get('aligned_psnr'), '.2f'):>8} " if aligned else "")
+              + f"{_shown(r['train_psnr'], '.2f'):>10} {r['gaussians']:10,d} {r['train_seconds']:8.1f} "
               f"{r['wall_seconds']:8.1f}")
     if not all(r["finished"] for r in rows):
         print("some runs stopped part way (--stop-at or Ctrl-C): run the same command again to go on")

@@ -138,6 +138,17 @@ def test_the_benchmark_prints_the_ladder_and_runs_in_parts(tmp_path):
     assert "go on" not in second.stdout
 
 
+def test_the_benchmark_adds_the_aligned_psnr_of_runs_that_align_test_poses(tmp_path):
+    done = _bench("--dome", "--dome-views", "16", "--dome-width", "30", "--dome-points", "300", "--size", "24",
+                  "--variants", "original", "--steps", "3", "--out", str(tmp_path), "metrics.lpips=false",
+                  "trainer.val_interval=0", "metrics.align_poses=3")
+    assert done.returncode == 0, done.stderr
+    header, row = _table(done.stdout)[:2]
+    assert header.split()[5] == "aligned"
+    results = json.loads((tmp_path / "runs" / "dome" / "original" / "steps_3" / "results.json").read_text())
+    assert float(row.split()[4]) == pytest.approx(results["aligned_psnr"], abs=0.006)
+
+
 @pytest.mark.slow  # COLMAP on real photos
 @needs_shared(CUP)
 def test_the_benchmark_adds_a_scene_process_makes_of_every_nth_photo(tmp_path):
