@@ -72,6 +72,12 @@ def test_eval_aligns_on_request_and_otherwise_reports_no_aligned_score(trained, 
     assert aligned["aligned_psnr"] >= aligned["psnr"] - 0.05
 
 
+def test_a_negative_step_count_is_refused_when_the_run_is_built(tmp_path):
+    cfg = load_config(str(REPO / "configs" / "demo.yaml"), [f"output_dir={tmp_path}", "metrics.align_poses=-1"])
+    with pytest.raises(ConfigError, match="align_poses must be 0"):
+        DefaultTrainer(cfg, console=Console(quiet=True))
+
+
 def test_a_renderer_without_pose_gradients_is_refused():
     class Flat:
         supports_pose_grad = False

@@ -25,6 +25,7 @@ from ..protocol import RunSchedule
 from ..io.gaussians_file import read_gaussians_file
 from ..io.limits import require_memory
 from ..losses import Loss, build_loss, unlisted_strategy_terms
+from ..metrics.pose_alignment import check_alignment
 from ..model import init as model_init
 from ..model.gaussians import GaussianModel
 from ..optim import build_optimizers, build_schedulers
@@ -84,6 +85,7 @@ def build_components(cfg: DictConfig, dist: DistContext, background: torch.Tenso
     strategy_spec = plain(cfg.strategy)
     renderer = build_renderer(plain(cfg.renderer), device, log=info, warn=warning,
                               absgrad=bool(strategy_spec.get("absgrad", False)))
+    check_alignment(renderer, int(cfg.metrics.align_poses))
     strategy = build_strategy(strategy_spec, renderer, warn=warning)
     strategy.fit_to_scene(SceneFacts(
         train_views=len(data.train_cameras), train_pixels=sum(c.width * c.height for c in data.train_cameras),

@@ -20,14 +20,22 @@ from ..view_opt.pose import SE3PoseRefinement
 from .scores import psnr
 
 
+def check_alignment(renderer: Any, steps: int) -> None:
+    """ConfigError unless ``steps`` (``metrics.align_poses``) is a count and ``renderer`` passes
+    gradients to camera poses."""
+    if steps < 0:
+        raise ConfigError(f"metrics.align_poses must be 0 (off) or a number of steps, not {steps}")
+    if steps and not getattr(renderer, "supports_pose_grad", False):
+        raise ConfigError(f"metrics.align_poses needs a renderer that differentiates through camera poses; "
+                          f"{type(renderer).__name__} does not (the built-in cpu, torch and gsplat renderers do)")
+
+
 def aligned_camera(renderer: Any, model: Any, camera: Camera, image: Tensor, sh_degree: int, background: Tensor,
                    steps: int, lr: float = 1e-3, mask: Optional[Tensor] = None) -> Camera:
     """``camera`` with the pose correction (:class:`~splattrain.view_opt.pose.SE3PoseRefinement`'s,
     turning about what it looks at) that ``steps`` Adam steps on the L1 error against ``image``
     [1,H,W,3] find, the scene frozen; the rate decays from ``lr`` to a tenth."""
-    if not getattr(renderer, "supports_pose_grad", False):
-        raise ConfigError(f"metrics.align_poses needs a renderer that differentiates through camera poses; "
-                          f"{type(renderer).__name__} does not (the built-in cpu, torch and gsplat renderers do)")
+    check_alignment(renderer, steps)
     correction = SE3PoseRefinement(1, lr=lr, lr_final=lr / 10)
     correction.setup([camera], model.means.detach(), 1.0)
     correction.to(camera.viewmat.device)
