@@ -171,7 +171,7 @@ class SplatConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     # per-image colour learned with the scene: {type: none | affine, lr, lr_final, weight_decay} (docs/real_captures.md)
     appearance: Dict[str, Any] = field(default_factory=lambda: {"type": "none"})
-    # per-view pose correction: {type: none | se3, lr, lr_final, weight_decay}; needs renderer torch or gsplat
+    # per-view pose correction: {type: none | se3, lr, lr_final, weight_decay, l1}; needs renderer torch or gsplat
     pose_opt: Dict[str, Any] = field(default_factory=lambda: {"type": "none"})
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     export: ExportConfig = field(default_factory=ExportConfig)

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from ..cameras import Camera
+from ..errors import ConfigError
 from ..registry import POSE_OPT
 from .base import ViewCorrection
 
@@ -117,6 +118,10 @@ class SE3PoseRefinement(ViewCorrection):
     Args:
         lr, lr_final: Adam learning rate, decayed exponentially to ``lr_final`` at the last step.
         weight_decay: pulls every correction towards zero (gsplat's pose_opt_reg).
+        l1: weight of the corrections' absolute values (summed over a view's six, mean over the
+            step's views) added to the loss: a parameter leaves zero only where the loss's gradient
+            on it exceeds ``l1`` (loss per radian), so poses the images do not clearly contradict
+            stay as given and the others move by less the more it is.
         start: fraction of the run before the poses move (on a random start, poses learned
             before the scene has a shape wander off).
         start_step: the step after which the poses move, however long the run (overrides
@@ -125,8 +130,12 @@ class SE3PoseRefinement(ViewCorrection):
     """
 
     def __init__(self, n_views: int, lr: float = 1e-3, lr_final: float = 1e-4, weight_decay: float = 1e-6,
-                 start: float = 0.1, start_step: Optional[int] = None, stop_step: Optional[int] = None) -> None:
+                 start: float = 0.1, start_step: Optional[int] = None, stop_step: Optional[int] = None,
+                 l1: float = 0.0) -> None:
         super().__init__(n_views, lr, lr_final, weight_decay, start, start_step, stop_step)
+        if not (isinstance(l1, (int, float)) and l1 >= 0):
+            raise ConfigError(f"SE3PoseRefinement l1 is {l1!r}: use a weight >= 0")
+        self.l1 = float(l1)
         self.delta = torch.nn.Parameter(torch.zeros(n_views, 6))  # [w | tau]
         self.register_buffer("depths", torch.ones(n_views))  # d_i, saved: the corrections' meaning
         self.register_buffer("given", torch.zeros(0, 4, 4), persistent=False)  # the cameras, from setup
@@ -156,6 +165,12 @@ class SE3PoseRefinement(ViewCorrection):
         with torch.no_grad():
             flat = self.delta.view(-1)
             flat -= self._gauge @ (self._gauge.T @ flat)
+
+    def regularization(self, view_ids: Tensor) -> Optional[Tensor]:
+        """``l1`` times the batch views' absolute corrections (None when ``l1`` is 0)."""
+        if not self.l1:
+            return None
+        return self.l1 * self.delta[view_ids.to(self.delta.device)].abs().sum(dim=-1).mean()
 
     def transforms(self, view_ids: Tensor) -> Tensor:
         """The corrections [C,4,4] of training views ``view_ids``."""
