@@ -14,7 +14,7 @@ from splattrain.data.colmap_model import read_model
 from splattrain.data.colmap_write import write_model
 from splattrain.engine import DefaultTrainer, load_config
 from splattrain.strategy.build import build_strategy
-from splattrain.view_opt.corrections import check_sections
+from splattrain.view_opt import SE3PoseRefinement, ViewCorrections
 from test_colmap import make_colmap
 
 PRESET = REPO / "configs" / "colmap.yaml"
@@ -85,16 +85,16 @@ def test_the_headers_recipe_gives_the_3dgs_30k_schedule_and_loss():
     assert cfg.trainer.max_steps == 30000 and cfg.model.sh_degree_interval == 1000
     assert (strategy.refine_start_iter, strategy.refine_stop_iter, strategy.reset_every) == (500, 15000, 3000)
     assert cfg.loss.terms is None  # L1 and D-SSIM alone, as 3DGS
+    assert ViewCorrections({"type": "none"}, cfg.pose_opt, 3, torch.device("cpu")).pose is None  # given poses
 
 
-def test_the_presets_commented_pose_refinement_loads_when_uncommented(tmp_path):
-    """The recipe the preset offers for captures with pose error is a config that builds."""
-    lines, block = [], False
-    for line in PRESET.read_text().splitlines():
-        block = line.startswith("# pose_opt:") or (block and line.startswith("#   "))
-        lines.append(line[2:] if block else line)
-    config = tmp_path / "colmap.yaml"
-    config.write_text("\n".join(lines) + "\n")
-    pose = dict(load_config(config, ["data.path=x"]).pose_opt)
-    assert pose == {"type": "se3", "lr": 1.0e-4, "lr_final": 1.0e-5, "start_step": 2000, "stop_step": 7000}
-    check_sections({"type": "none"}, pose)
+def test_the_preset_refines_poses_from_step_2000_to_7000_with_an_l1_weight_and_type_none_turns_it_off():
+    """The preset learns pose corrections once densification is over, keeping poses the images pull on
+    less than ``l1`` as given; ``pose_opt.type=none`` alone turns that off."""
+    pose = dict(load_config(PRESET, ["data.path=x"]).pose_opt)
+    assert pose == {"type": "se3", "lr": 1.0e-4, "lr_final": 1.0e-5, "l1": 0.3, "start_step": 2000, "stop_step": 7000}
+    built = ViewCorrections({"type": "none"}, pose, 3, torch.device("cpu"))
+    assert isinstance(built.pose, SE3PoseRefinement) and built.pose.l1 == 0.3
+    assert not built.pose.started(2000, 7000) and built.pose.active(2001, 7000) and not built.pose.active(7001, 28000)
+    off = load_config(PRESET, ["data.path=x", "pose_opt.type=none"]).pose_opt
+    assert ViewCorrections({"type": "none"}, off, 3, torch.device("cpu")).pose is None

@@ -17,9 +17,7 @@ from .base import ViewCorrection
 def _build(registry: Registry, spec: Mapping[str, Any], where: str, n_views: int) -> Optional[ViewCorrection]:
     options = dict(spec)
     kind = str(options.pop("type", "none"))
-    if kind == "none":
-        if options:
-            raise ConfigError(f"{where}: options {', '.join(options)} given with type none")
+    if kind == "none":  # off: options a config set for the type it replaces are left unused
         return None
     module = registry.build({"type": kind, **options}, where=where, n_views=n_views)
     if not isinstance(module, ViewCorrection):
