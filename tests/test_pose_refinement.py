@@ -213,8 +213,9 @@ def test_the_l1_penalty_is_the_batch_views_absolute_corrections_and_a_negative_w
     views = torch.tensor([0, 2])
     assert pose.regularization(views).item() == pytest.approx(0.5 * pose.delta[views].abs().sum().item() / 2)
     assert SE3PoseRefinement(n_views=3).regularization(views) is None
-    with pytest.raises(ConfigError, match="l1"):
-        SE3PoseRefinement(n_views=3, l1=-1.0)
+    for bad in (-1.0, True, "0.3"):
+        with pytest.raises(ConfigError, match="l1"):
+            SE3PoseRefinement(n_views=3, l1=bad)
 
 
 def test_a_checkpoint_of_the_earlier_corrections_is_refused_in_one_line() -> None:

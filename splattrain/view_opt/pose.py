@@ -133,7 +133,7 @@ class SE3PoseRefinement(ViewCorrection):
                  start: float = 0.1, start_step: Optional[int] = None, stop_step: Optional[int] = None,
                  l1: float = 0.0) -> None:
         super().__init__(n_views, lr, lr_final, weight_decay, start, start_step, stop_step)
-        if not (isinstance(l1, (int, float)) and l1 >= 0):
+        if isinstance(l1, bool) or not (isinstance(l1, (int, float)) and l1 >= 0):
             raise ConfigError(f"SE3PoseRefinement l1 is {l1!r}: use a weight >= 0")
         self.l1 = float(l1)
         self.delta = torch.nn.Parameter(torch.zeros(n_views, 6))  # [w | tau]
